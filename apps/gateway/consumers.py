@@ -1,0 +1,102 @@
+"""The OpenAI-compatible endpoints, as ASGI applications routed by Channels (dmxplatform.asgi).
+
+Plain ASGI rather than Channels' AsyncHttpConsumer: that class hops to a thread on every
+message (close_old_connections) and cannot see a client disconnect while it streams, and the
+hot path needs neither the hop nor the blindness.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from apps.gateway.auth import authenticate
+from apps.gateway.errors import GatewayErrorCode, MethodNotAllowedError
+from apps.gateway.pipeline import CompletionCall, new_request_id
+from apps.gateway.responses import dumps, header, send_error, send_json
+from apps.gateway.runtime import get_runtime, shutdown_runtime
+from apps.gateway.schemas import Endpoint
+from dmxplatform.errors import ApplicationError, NotFoundError
+
+logger = logging.getLogger(__name__)
+
+
+class CompletionsEndpoint:
+    """POST /v1/chat/completions and POST /v1/completions."""
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
+
+    async def __call__(self, scope: dict[str, Any], receive, send) -> None:
+        if scope["method"] != "POST":
+            await _refuse_method(send, "POST")
+            return
+        await CompletionCall(self.endpoint, scope, receive, send).run()
+
+
+class ModelsEndpoint:
+    """GET /v1/models and GET /v1/models/{model}: models the key may use that a live node serves."""
+
+    async def __call__(self, scope: dict[str, Any], receive, send) -> None:
+        headers = [(b"x-request-id", new_request_id().encode())]
+        if scope["method"] != "GET":
+            await _refuse_method(send, "GET")
+            return
+        try:
+            runtime = await get_runtime()
+            key = await authenticate(runtime.keys, header(scope, b"authorization"))
+            live = runtime.fleet.live_models()
+            models = [
+                {"id": m.name, "object": "model", "created": m.created, "owned_by": m.owned_by}
+                for m in runtime.catalog.models.values()
+                if m.name in live and key.allows(m.name)
+            ]
+            wanted = scope["url_route"]["kwargs"].get("model")
+            if wanted is None:
+                await send_json(send, 200, dumps({"object": "list", "data": models}), headers)
+                return
+            found = next((m for m in models if m["id"] == wanted), None)
+            if found is None:
+                raise NotFoundError(
+                    f"The model `{wanted}` does not exist or you do not have access to it.",
+                    param="model",
+                    code=GatewayErrorCode.MODEL_NOT_FOUND,
+                )
+            await send_json(send, 200, dumps(found), headers)
+        except ApplicationError as error:
+            await send_error(send, error, headers)
+
+
+class UnknownPathEndpoint:
+    """Anything else under /v1: a 404 in OpenAI's shape, not Django's HTML page."""
+
+    async def __call__(self, scope: dict[str, Any], receive, send) -> None:
+        error = NotFoundError(
+            f"Invalid URL ({scope['method']} {scope['path']})", code=GatewayErrorCode.NOT_FOUND
+        )
+        await send_error(send, error, [(b"x-request-id", new_request_id().encode())])
+
+
+async def _refuse_method(send, allowed: str) -> None:
+    error = MethodNotAllowedError(f"Method not allowed; use {allowed}.", headers={"Allow": allowed})
+    await send_error(send, error, [(b"x-request-id", new_request_id().encode())])
+
+
+class Lifespan:
+    """Start the gateway runtime with the server process and stop it with it."""
+
+    async def __call__(self, scope: dict[str, Any], receive, send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await get_runtime()
+                except Exception as exc:
+                    logger.exception("gateway runtime failed to start")
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await shutdown_runtime()
+                await send({"type": "lifespan.shutdown.complete"})
+                return

@@ -1,0 +1,36 @@
+"""The gateway's stable error codes, as clients see them in `error.code`."""
+
+from enum import StrEnum
+
+from dmxplatform.errors import ApplicationError
+
+
+class GatewayErrorCode(StrEnum):
+    INVALID_JSON = "invalid_json"
+    MISSING_PARAMETER = "missing_required_parameter"
+    INVALID_TYPE = "invalid_type"
+    INVALID_VALUE = "invalid_value"
+    INVALID_API_KEY = "invalid_api_key"
+    KEY_REVOKED = "api_key_revoked"
+    KEY_EXPIRED = "api_key_expired"
+    MODEL_NOT_FOUND = "model_not_found"
+    CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
+    NO_CAPACITY = "no_capacity"
+    UPSTREAM_ERROR = "upstream_error"
+    UPSTREAM_TIMEOUT = "upstream_timeout"
+    REQUEST_TOO_LARGE = "request_too_large"
+    METHOD_NOT_ALLOWED = "method_not_allowed"
+    NOT_FOUND = "not_found"
+    INTERNAL_ERROR = "internal_error"
+
+
+class RequestTooLargeError(ApplicationError):
+    status = 413
+    error_type = "invalid_request_error"
+    default_code = GatewayErrorCode.REQUEST_TOO_LARGE
+
+
+class MethodNotAllowedError(ApplicationError):
+    status = 405
+    error_type = "invalid_request_error"
+    default_code = GatewayErrorCode.METHOD_NOT_ALLOWED

@@ -1,0 +1,27 @@
+"""Create the demo operator, tenant, key, model and node token; print new secrets as JSON."""
+
+import json
+from dataclasses import asdict
+
+from django.core.management.base import BaseCommand
+
+from apps.gateway.services import demo_setup
+
+
+class Command(BaseCommand):
+    help = __doc__
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--model-name", default="dmx-tiny")
+        parser.add_argument("--model-version", default="v1")
+        parser.add_argument("--source", default="")
+        parser.add_argument("--max-context-tokens", type=int, default=2048)
+
+    def handle(self, *args, **options) -> None:
+        credentials = demo_setup(
+            model_name=options["model_name"],
+            version=options["model_version"],
+            source=options["source"],
+            max_context_tokens=options["max_context_tokens"],
+        )
+        self.stdout.write(json.dumps(asdict(credentials)))

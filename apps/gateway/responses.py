@@ -1,0 +1,64 @@
+"""Plain ASGI reading and writing for the gateway's endpoints."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from apps.gateway.errors import RequestTooLargeError
+from dmxplatform.errors import ApplicationError
+
+JSON = b"application/json"
+EVENT_STREAM = b"text/event-stream"
+
+Headers = list[tuple[bytes, bytes]]
+
+
+def header(scope: dict[str, Any], name: bytes) -> bytes | None:
+    """Return a request header's value (names are lower-case in ASGI)."""
+    for key, value in scope["headers"]:
+        if key == name:
+            return value
+    return None
+
+
+async def read_body(receive: Any, limit: int) -> bytes:
+    """Read the whole request body, refusing more than `limit` bytes."""
+    chunks = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return b""
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise RequestTooLargeError(f"Request body is larger than {limit} bytes.")
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+async def send_json(send: Any, status: int, body: bytes, headers: Headers) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", JSON),
+                (b"content-length", str(len(body)).encode()),
+                *headers,
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def send_error(send: Any, error: ApplicationError, headers: Headers) -> None:
+    extra = [(name.lower().encode(), value.encode()) for name, value in error.headers.items()]
+    await send_json(send, error.status, error.to_json(), [*headers, *extra])
+
+
+def dumps(value: Any) -> bytes:
+    return orjson.dumps(value)

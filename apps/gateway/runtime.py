@@ -1,0 +1,140 @@
+"""Per-process gateway state: connections, caches, and the tasks that keep them fresh.
+
+Started by the ASGI lifespan (or by the first request where a server sends none) and shared by
+every request of the process. Nothing here is per request: the request path reads memory and
+makes at most the Redis and upstream calls it must.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import aiohttp
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from redis.exceptions import RedisError
+
+from apps.hardware.fleet import fleet_key
+from apps.keys.keycache import KeyCache, invalidation_channel
+from apps.keys.selectors import key_record_load
+from apps.models.catalog import Catalog
+from apps.models.selectors import catalog_load
+from apps.models.services import CATALOG_VERSION_KEY
+from apps.routing.fleet import FleetView
+from dmxplatform.redis_client import async_redis, rkey
+
+logger = logging.getLogger(__name__)
+
+# After a Redis error the background loops wait this long before trying again, seconds.
+RECONNECT_DELAY = 1.0
+
+
+class GatewayRuntime:
+    def __init__(self) -> None:
+        self.redis = async_redis()
+        self._listener = async_redis(blocking=True)
+        self.fleet = FleetView(stale_after=settings.DMX_NODE_STALE_SECONDS)
+        self.catalog = Catalog()
+        self.keys = KeyCache(
+            redis=self.redis,
+            load=sync_to_async(key_record_load, thread_sensitive=False),
+            ttl=settings.DMX_KEY_CACHE_TTL_SECONDS,
+        )
+        self.http: aiohttp.ClientSession | None = None
+        self._tasks: list[asyncio.Task] = []
+
+    async def start(self) -> None:
+        connector = aiohttp.TCPConnector(
+            limit=0,  # bounded per node instead, below
+            limit_per_host=settings.DMX_UPSTREAM_POOL_PER_NODE,
+            keepalive_timeout=30,
+            enable_cleanup_closed=True,
+        )
+        self.http = aiohttp.ClientSession(
+            connector=connector,
+            timeout=aiohttp.ClientTimeout(
+                total=None,
+                sock_connect=settings.DMX_UPSTREAM_CONNECT_TIMEOUT,
+                sock_read=settings.DMX_UPSTREAM_READ_TIMEOUT,
+            ),
+            auto_decompress=False,
+            skip_auto_headers=("User-Agent",),
+        )
+        await self.refresh()
+        self._tasks = [
+            asyncio.create_task(self._refresh_loop(), name="dmx-state-refresh"),
+            asyncio.create_task(self._invalidation_loop(), name="dmx-invalidation"),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self.http is not None:
+            await self.http.close()
+        await self.redis.aclose()
+        await self._listener.aclose()
+
+    async def refresh(self) -> None:
+        """Reload node state; rebuild the catalog when its version moved."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(fleet_key())
+        pipe.get(rkey(*CATALOG_VERSION_KEY))
+        nodes, version = await pipe.execute()
+        self.fleet.replace(nodes)
+        version = int(version or 0)
+        if version != self.catalog.version:
+            self.catalog = await sync_to_async(catalog_load, thread_sensitive=False)(
+                version=version, previous=self.catalog
+            )
+
+    async def _refresh_loop(self) -> None:
+        while True:
+            await asyncio.sleep(settings.DMX_STATE_REFRESH_SECONDS)
+            try:
+                await self.refresh()
+            except (RedisError, OSError) as exc:
+                logger.warning("state refresh failed: %s", exc)
+            except Exception:
+                logger.exception("state refresh failed")
+
+    async def _invalidation_loop(self) -> None:
+        while True:
+            try:
+                async with self._listener.pubsub() as pubsub:
+                    await pubsub.subscribe(invalidation_channel())
+                    # Anything may have changed while we were not listening.
+                    self.keys.clear()
+                    async for message in pubsub.listen():
+                        if message["type"] == "message":
+                            self.keys.invalidate(message["data"].decode())
+            except (RedisError, OSError) as exc:
+                logger.warning("invalidation listener lost Redis: %s", exc)
+                await asyncio.sleep(RECONNECT_DELAY)
+
+
+_runtime: GatewayRuntime | None = None
+_lock = asyncio.Lock()
+
+
+async def get_runtime() -> GatewayRuntime:
+    """Return the process's runtime, starting it on first use."""
+    global _runtime
+    if _runtime is None:
+        async with _lock:
+            if _runtime is None:
+                runtime = GatewayRuntime()
+                await runtime.start()
+                _runtime = runtime
+    return _runtime
+
+
+async def shutdown_runtime() -> None:
+    global _runtime
+    if _runtime is not None:
+        await _runtime.stop()
+        _runtime = None

@@ -1,0 +1,115 @@
+"""The hop to a vLLM node: pick one, connect over the pooled client, retry once before any byte."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+import aiohttp
+import orjson
+from django.conf import settings
+
+from apps.gateway.errors import GatewayErrorCode
+from apps.gateway.schemas import CompletionRequest
+from apps.hardware.fleet import NodeSnapshot
+from apps.routing.router import Decision, choose
+from dmxplatform.errors import (
+    ApplicationError,
+    InvalidRequestError,
+    ServiceUnavailableError,
+    UpstreamError,
+)
+
+if TYPE_CHECKING:
+    from apps.gateway.runtime import GatewayRuntime
+
+# One retry on another node, and only before the client has seen a byte: after that a retry
+# could duplicate text the client already holds.
+MAX_ATTEMPTS = 2
+_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
+_UPSTREAM_FAILURES = (aiohttp.ClientError, TimeoutError, OSError)
+
+
+def upstream_body(request: CompletionRequest, node: NodeSnapshot) -> bytes:
+    """Return the body for vLLM: the node's model name, and usage always reported on streams."""
+    payload = request.payload
+    if payload.get("model") != node.served_model_name or request.stream:
+        payload = dict(payload, model=node.served_model_name)
+        if request.stream:
+            payload["stream_options"] = {
+                **(payload.get("stream_options") or {}),
+                "include_usage": True,
+            }
+    return orjson.dumps(payload)
+
+
+def upstream_error(status: int, body: bytes) -> ApplicationError:
+    """Translate a vLLM error response into our error shape; vLLM's codes are integers."""
+    message = f"The model server answered {status}."
+    param = None
+    try:
+        error = orjson.loads(body).get("error") or {}
+        message = error.get("message") or message
+        param = error.get("param")
+    except (orjson.JSONDecodeError, AttributeError):
+        pass
+    if 400 <= status < 500:
+        return InvalidRequestError(message, param=param, code=GatewayErrorCode.INVALID_VALUE)
+    return UpstreamError(message, code=GatewayErrorCode.UPSTREAM_ERROR)
+
+
+def no_capacity(model: str) -> ServiceUnavailableError:
+    return ServiceUnavailableError(
+        f"No node can serve model `{model}` right now. Please retry shortly.",
+        code=GatewayErrorCode.NO_CAPACITY,
+        headers={"Retry-After": str(settings.DMX_RETRY_AFTER_SECONDS)},
+    )
+
+
+@contextlib.asynccontextmanager
+async def connect(
+    runtime: GatewayRuntime, request: CompletionRequest
+) -> AsyncIterator[tuple[Decision, aiohttp.ClientResponse]]:
+    """Yield the first node that answers below 500 and its response; retry once on failure.
+
+    On exit the connection goes back to the pool when the body was read to the end, and is closed
+    otherwise, which makes vLLM abort the generation.
+    """
+    tried: list[int] = []
+    failure: ApplicationError | None = None
+    for _ in range(MAX_ATTEMPTS):
+        decision: Decision | None = choose(runtime.fleet, model=request.model, exclude=tried)
+        if decision is None:
+            break
+        node = decision.node
+        tried.append(node.id)
+        runtime.fleet.inflight[node.id] += 1
+        try:
+            response = await runtime.http.post(
+                node.url + request.endpoint.path,
+                data=upstream_body(request, node),
+                headers=_HEADERS,
+            )
+        except _UPSTREAM_FAILURES as exc:
+            runtime.fleet.inflight[node.id] -= 1
+            failure = UpstreamError(
+                f"Node {node.name} could not be reached: {exc.__class__.__name__}.",
+                code=GatewayErrorCode.UPSTREAM_ERROR,
+            )
+            continue
+        if response.status >= 500:
+            failure = upstream_error(response.status, await response.read())
+            response.release()
+            runtime.fleet.inflight[node.id] -= 1
+            continue
+        try:
+            yield decision, response
+        finally:
+            if response.content.at_eof():
+                response.release()
+            else:
+                response.close()
+            runtime.fleet.inflight[node.id] -= 1
+        return
+    raise failure or no_capacity(request.model)

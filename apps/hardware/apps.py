@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class HardwareConfig(AppConfig):
+    name = "apps.hardware"
+    verbose_name = "Hardware and nodes"

@@ -1,0 +1,56 @@
+"""Live node state as gateways see it: one Redis hash, written on every heartbeat.
+
+Gateways poll it (apps.routing.fleet) instead of the database, so routing never waits on SQL.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+import orjson
+
+from apps.hardware.choices import NodeStatus
+from dmxplatform.redis_client import rkey
+
+FLEET_KEY = ("fleet", "nodes")
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSnapshot:
+    id: int
+    name: str
+    url: str
+    status: str
+    model: str
+    version_id: int
+    version_tag: str
+    served_model_name: str
+    max_model_len: int
+    heartbeat_at: float
+    num_requests_running: int = 0
+    num_requests_waiting: int = 0
+    kv_cache_usage: float = 0.0
+    prefix_cache_queries: float = 0.0
+    prefix_cache_hits: float = 0.0
+    profile: str | None = None
+
+    def is_live(self, *, now: float, stale_after: float) -> bool:
+        """True when the node says it is up and its last heartbeat is recent."""
+        return self.status == NodeStatus.UP and now - self.heartbeat_at <= stale_after
+
+    def encode(self) -> bytes:
+        return orjson.dumps(asdict(self))
+
+    @classmethod
+    def decode(cls, raw: bytes) -> NodeSnapshot:
+        return cls(**orjson.loads(raw))
+
+
+def fleet_key() -> str:
+    return rkey(*FLEET_KEY)
+
+
+def now() -> float:
+    """Wall-clock seconds; heartbeats are compared across processes, so not monotonic."""
+    return time.time()

@@ -1,0 +1,68 @@
+"""Hardware profiles, inference nodes and the tokens nodes register with."""
+
+from __future__ import annotations
+
+from django.db import models
+
+from apps.hardware.choices import NodeStatus
+from apps.models.models import ModelVersion
+
+
+class HardwareProfile(models.Model):
+    """What one accelerator SKU offers and costs; routing and engine arguments read it."""
+
+    name = models.SlugField(max_length=64, unique=True)
+    display_name = models.CharField(max_length=128)
+    memory_gb = models.FloatField(help_text="Device memory per GPU, GB.")
+    memory_bandwidth_gbps = models.FloatField(help_text="Memory bandwidth per GPU, GB/s.")
+    hourly_price_usd = models.DecimalField(
+        max_digits=8, decimal_places=4, help_text="Price of one GPU for one hour, USD."
+    )
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.display_name
+
+
+class NodeToken(models.Model):
+    """A credential an operator issues so that inference workers can register as nodes."""
+
+    name = models.CharField(max_length=128)
+    token_id = models.CharField(max_length=16, unique=True, editable=False)
+    secret_hash = models.CharField(max_length=64, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.token_id})"
+
+
+class Node(models.Model):
+    """One inference worker: a vLLM engine serving one model version on a set of GPUs."""
+
+    name = models.CharField(max_length=128, unique=True)
+    url = models.URLField(help_text="Base URL of the node's OpenAI-compatible server.")
+    status = models.CharField(max_length=16, choices=NodeStatus.choices, default=NodeStatus.UP)
+    model_version = models.ForeignKey(ModelVersion, on_delete=models.PROTECT, related_name="nodes")
+    served_model_name = models.CharField(max_length=128)
+    max_model_len = models.PositiveIntegerField()
+    profile = models.ForeignKey(
+        HardwareProfile, on_delete=models.SET_NULL, null=True, blank=True, related_name="nodes"
+    )
+    token = models.ForeignKey(NodeToken, on_delete=models.PROTECT, related_name="nodes")
+    registered_at = models.DateTimeField()
+    last_heartbeat_at = models.DateTimeField()
+    num_requests_running = models.PositiveIntegerField(default=0)
+    num_requests_waiting = models.PositiveIntegerField(default=0)
+    kv_cache_usage = models.FloatField(default=0.0, help_text="Fraction of KV cache in use, 0..1.")
+    resources = models.JSONField(default=dict, blank=True, help_text="GPUs or CPU, as reported.")
+    engine_args = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        indexes = [models.Index(fields=["status", "last_heartbeat_at"])]
+
+    def __str__(self) -> str:
+        return self.name

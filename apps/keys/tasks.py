@@ -1,0 +1,10 @@
+from celery import shared_task
+
+from apps.keys.services import usage_flush
+from dmxplatform.celery import Queue
+
+
+# Expires: a flush queued while no worker ran is worthless once the next one is due.
+@shared_task(queue=Queue.LEDGER, time_limit=60, soft_time_limit=50, expires=30, ignore_result=True)
+def usage_flush_task() -> int:
+    return usage_flush()

@@ -1,0 +1,6 @@
+from django.apps import AppConfig
+
+
+class ModelsConfig(AppConfig):
+    name = "apps.models"
+    verbose_name = "Model registry"

@@ -1,0 +1,30 @@
+"""The gateway's in-memory view of the model registry, rebuilt when the registry changes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from apps.models.tokenizers import PromptCounter
+
+
+@dataclass(frozen=True, slots=True)
+class ModelEntry:
+    id: int
+    name: str
+    owned_by: str
+    created: int
+    max_context_tokens: int
+    version_tags: dict[int, str]
+    counter: PromptCounter | None
+
+
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    """Active models by name; `version` is the registry version it was built from."""
+
+    version: int = -1
+    models: dict[str, ModelEntry] = field(default_factory=dict)
+    counters: dict[str, PromptCounter] = field(default_factory=dict)
+
+    def get(self, name: str) -> ModelEntry | None:
+        return self.models.get(name)

@@ -1,0 +1,71 @@
+"""The model registry: public models, their versions, and the tokenizers that count their tokens."""
+
+from __future__ import annotations
+
+from django.core.validators import MinValueValidator, RegexValidator
+from django.db import models
+
+# Public model ids travel in URLs and JSON; keep them to the characters OpenAI and vLLM use.
+MODEL_NAME_VALIDATOR = RegexValidator(
+    r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$",
+    "Use letters, digits and . _ : / - (at most 128 characters).",
+)
+
+
+class Tokenizer(models.Model):
+    """A model's tokenizer, uploaded by the first worker that serves it; keyed by content hash."""
+
+    sha256 = models.CharField(max_length=64, primary_key=True)
+    tokenizer_json = models.TextField(help_text="The Hugging Face tokenizer.json.")
+    chat_template = models.TextField(blank=True, help_text="Jinja chat template, if any.")
+    bos_token = models.CharField(max_length=64, blank=True)
+    eos_token = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.sha256[:12]
+
+
+class LlmModel(models.Model):
+    """A model as clients name it in the `model` field."""
+
+    name = models.CharField(max_length=128, unique=True, validators=[MODEL_NAME_VALIDATOR])
+    description = models.CharField(max_length=255, blank=True)
+    owned_by = models.CharField(max_length=64, default="dmx")
+    max_context_tokens = models.PositiveIntegerField(
+        validators=[MinValueValidator(1)],
+        help_text="Prompt plus completion tokens the model accepts.",
+    )
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "LLM model"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ModelVersion(models.Model):
+    """One set of weights of a model; nodes serve versions."""
+
+    model = models.ForeignKey(LlmModel, on_delete=models.CASCADE, related_name="versions")
+    tag = models.CharField(max_length=64, validators=[MODEL_NAME_VALIDATOR])
+    source = models.CharField(
+        max_length=512, blank=True, help_text="Weights: a local directory or a hub id."
+    )
+    tokenizer = models.ForeignKey(
+        Tokenizer, on_delete=models.SET_NULL, null=True, blank=True, related_name="versions"
+    )
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["model__name", "tag"]
+        constraints = [
+            models.UniqueConstraint(fields=["model", "tag"], name="model_version_unique_tag"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model.name}@{self.tag}"

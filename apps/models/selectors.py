@@ -1,0 +1,52 @@
+"""Reads of the model registry."""
+
+from __future__ import annotations
+
+from apps.models.catalog import Catalog, ModelEntry
+from apps.models.models import LlmModel, Tokenizer
+from apps.models.tokenizers import PromptCounter
+
+
+def tokenizer_exists(*, sha256: str) -> bool:
+    return Tokenizer.objects.filter(sha256=sha256).exists()
+
+
+def catalog_load(*, version: int, previous: Catalog | None = None) -> Catalog:
+    """Build the catalog of active models; reuse tokenizers already loaded in `previous`."""
+    known = previous.counters if previous else {}
+    counters: dict[str, PromptCounter] = {}
+    models: dict[str, ModelEntry] = {}
+    queryset = LlmModel.objects.filter(is_active=True).prefetch_related("versions")
+    for model in queryset:
+        versions = [v for v in model.versions.all() if v.is_active]
+        # The newest version that has a tokenizer counts the model's prompts.
+        sha = next(
+            (
+                v.tokenizer_id
+                for v in sorted(versions, key=lambda v: v.created_at, reverse=True)
+                if v.tokenizer_id
+            ),
+            None,
+        )
+        counter = None
+        if sha:
+            counter = counters.get(sha) or known.get(sha)
+            if counter is None:
+                row = Tokenizer.objects.get(sha256=sha)
+                counter = PromptCounter(
+                    tokenizer_json=row.tokenizer_json,
+                    chat_template=row.chat_template,
+                    bos_token=row.bos_token,
+                    eos_token=row.eos_token,
+                )
+            counters[sha] = counter
+        models[model.name] = ModelEntry(
+            id=model.id,
+            name=model.name,
+            owned_by=model.owned_by,
+            created=int(model.created_at.timestamp()),
+            max_context_tokens=model.max_context_tokens,
+            version_tags={v.id: v.tag for v in versions},
+            counter=counter,
+        )
+    return Catalog(version=version, models=models, counters=counters)

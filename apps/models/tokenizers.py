@@ -1,0 +1,91 @@
+"""Count prompt tokens with a model's own tokenizer and chat template, as vLLM will."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from jinja2.exceptions import TemplateError
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import Tokenizer
+
+
+class ChatTemplateError(ValueError):
+    """The messages cannot be rendered by the model's chat template."""
+
+
+def _raise_exception(message: str) -> None:
+    # Chat templates call raise_exception() to reject messages (for example a bad role order).
+    raise ChatTemplateError(message)
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now(tz=UTC).strftime(fmt)
+
+
+def _template_environment() -> ImmutableSandboxedEnvironment:
+    # The same environment options transformers uses to render chat templates.
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    return env
+
+
+def message_text(content: Any) -> str:
+    """Return a message's text: a string, or the text parts of a content list joined."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(
+            part.get("text", "") for part in content if isinstance(part, dict) and "text" in part
+        )
+    return ""
+
+
+class PromptCounter:
+    """A loaded tokenizer and chat template; built once per tokenizer and shared."""
+
+    def __init__(self, *, tokenizer_json: str, chat_template: str, bos_token: str, eos_token: str):
+        self._tokenizer = Tokenizer.from_str(tokenizer_json)
+        self._template = (
+            _template_environment().from_string(chat_template) if chat_template else None
+        )
+        self._bos = bos_token
+        self._eos = eos_token
+
+    def count_text(self, text: str) -> int:
+        """Return the token count of raw text, without special tokens."""
+        return len(self._tokenizer.encode(text, add_special_tokens=False))
+
+    def count_prompts(self, prompt: str | Sequence[Any]) -> list[int]:
+        """Return the token count of each prompt of a completions request."""
+        if isinstance(prompt, str):
+            return [self.count_text(prompt)]
+        if prompt and all(isinstance(item, int) for item in prompt):
+            return [len(prompt)]
+        counts = []
+        for item in prompt:
+            counts.append(self.count_text(item) if isinstance(item, str) else len(item))
+        return counts
+
+    def render_chat(self, messages: Sequence[dict[str, Any]]) -> str:
+        """Render messages through the chat template, opening the assistant's reply."""
+        if self._template is None:
+            raise ChatTemplateError("this model has no chat template; use /v1/completions")
+        plain = [
+            {**message, "content": message_text(message.get("content"))} for message in messages
+        ]
+        try:
+            return self._template.render(
+                messages=plain,
+                add_generation_prompt=True,
+                bos_token=self._bos,
+                eos_token=self._eos,
+            )
+        except TemplateError as exc:
+            raise ChatTemplateError(str(exc)) from exc
+
+    def count_chat(self, messages: Sequence[dict[str, Any]]) -> int:
+        """Return the prompt token count of a chat request."""
+        return self.count_text(self.render_chat(messages))

@@ -1,0 +1,39 @@
+"""The ASGI application: Channels routes /v1 to the gateway, everything else to Django.
+
+Django's handler (and its sync middleware) never sees a /v1 request; the admin, the internal
+node API, /health and /metrics go through it as usual.
+"""
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dmxplatform.settings")
+django_application = get_asgi_application()  # sets Django up before the imports below
+
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from django.urls import path, re_path  # noqa: E402
+
+from apps.gateway.consumers import (  # noqa: E402
+    CompletionsEndpoint,
+    Lifespan,
+    ModelsEndpoint,
+    UnknownPathEndpoint,
+)
+from apps.gateway.schemas import Endpoint  # noqa: E402
+
+gateway_routes = [
+    path("v1/chat/completions", CompletionsEndpoint(Endpoint.CHAT)),
+    path("v1/completions", CompletionsEndpoint(Endpoint.COMPLETIONS)),
+    path("v1/models", ModelsEndpoint()),
+    path("v1/models/<path:model>", ModelsEndpoint()),
+    re_path(r"^v1/", UnknownPathEndpoint()),
+    re_path(r"", django_application),
+]
+
+application = ProtocolTypeRouter(
+    {
+        "http": URLRouter(gateway_routes),
+        "lifespan": Lifespan(),
+    }
+)

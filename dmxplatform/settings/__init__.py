@@ -1,0 +1,9 @@
+"""Django settings, one module per concern; every value comes from the environment."""
+
+from dmxplatform.settings.base import *  # noqa: F403
+from dmxplatform.settings.celery import *  # noqa: F403
+from dmxplatform.settings.database import *  # noqa: F403
+from dmxplatform.settings.fleet import *  # noqa: F403
+from dmxplatform.settings.gateway import *  # noqa: F403
+from dmxplatform.settings.logging import *  # noqa: F403
+from dmxplatform.settings.redis import *  # noqa: F403

@@ -1,0 +1,28 @@
+"""Celery: broker, queues and the beat schedule."""
+
+from dmxplatform.env import env_float, env_str
+from dmxplatform.settings.redis import REDIS_URL
+
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
+CELERY_RESULT_BACKEND = None  # tasks report through the database, never through results
+CELERY_TASK_ACKS_LATE = True  # a task lost with its worker is redelivered
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = "default"
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TIMEZONE = "UTC"
+
+# How often the usage buffer (a Redis stream) is drained into PostgreSQL, in seconds.
+DMX_USAGE_FLUSH_SECONDS = env_float("DMX_USAGE_FLUSH_SECONDS", 2.0, minimum=0.2)
+# How often nodes without fresh heartbeats are marked down, in seconds.
+DMX_NODE_STALE_CHECK_SECONDS = env_float("DMX_NODE_STALE_CHECK_SECONDS", 2.0, minimum=0.5)
+
+CELERY_BEAT_SCHEDULE = {
+    "usage-flush": {
+        "task": "apps.keys.tasks.usage_flush_task",
+        "schedule": DMX_USAGE_FLUSH_SECONDS,
+    },
+    "nodes-mark-stale": {
+        "task": "apps.hardware.tasks.nodes_mark_stale_task",
+        "schedule": DMX_NODE_STALE_CHECK_SECONDS,
+    },
+}

@@ -1,0 +1,22 @@
+"""The OpenAI-compatible gateway: keys, upstream timeouts, in-process state refresh."""
+
+from dmxplatform.env import env_float, env_int, env_str
+
+# HMAC key for API-key secrets: the database holds HMAC(pepper, secret), never the secret.
+DMX_KEY_PEPPER = env_str("DMX_KEY_PEPPER", "dev-pepper-change-me")
+
+# How often each gateway process reloads fleet state and checks the catalog version, seconds.
+DMX_STATE_REFRESH_SECONDS = env_float("DMX_STATE_REFRESH_SECONDS", 0.5, minimum=0.05)
+# An authenticated key is re-read from Redis at least this often even without invalidation.
+DMX_KEY_CACHE_TTL_SECONDS = env_float("DMX_KEY_CACHE_TTL_SECONDS", 60.0, minimum=0.0)
+
+# Upstream (vLLM node) timeouts, seconds. Connecting is quick on a healthy node; the read timeout
+# bounds the gap between two chunks, so a long generation is not cut off.
+DMX_UPSTREAM_CONNECT_TIMEOUT = env_float("DMX_UPSTREAM_CONNECT_TIMEOUT", 2.0, minimum=0.1)
+DMX_UPSTREAM_READ_TIMEOUT = env_float("DMX_UPSTREAM_READ_TIMEOUT", 120.0, minimum=1.0)
+# Idle keep-alive connections kept per node; enough for a burst without reconnecting.
+DMX_UPSTREAM_POOL_PER_NODE = env_int("DMX_UPSTREAM_POOL_PER_NODE", 256, minimum=1)
+# Redis calls on the request path give up after this long, seconds.
+DMX_REDIS_TIMEOUT = env_float("DMX_REDIS_TIMEOUT", 1.0, minimum=0.05)
+# Retry-After sent with 503 when no node can serve, seconds.
+DMX_RETRY_AFTER_SECONDS = env_int("DMX_RETRY_AFTER_SECONDS", 2, minimum=1)

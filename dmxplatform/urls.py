@@ -1,0 +1,18 @@
+"""Django URLs: the admin, the internal node API, health and metrics.
+
+The OpenAI-compatible /v1 surface is not here: dmxplatform.asgi routes it to the gateway's own
+ASGI endpoints before Django's request handling, keeping the hot path off sync middleware.
+"""
+
+from django.contrib import admin
+from django.urls import include, path
+from django_prometheus.exports import ExportToDjangoView
+
+from dmxplatform.health import health
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("internal/v1/", include("apps.hardware.api.urls")),
+    path("health", health, name="health"),
+    path("metrics", ExportToDjangoView, name="metrics"),
+]

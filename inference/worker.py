@@ -1,0 +1,238 @@
+"""The inference worker: one vLLM engine, registered with the platform as a node.
+
+    python -m inference.worker --model DIR_OR_HUB_ID --name NAME --version TAG \
+        --platform-url http://gateway:8000 --node-token dmx-node-… [-- extra vLLM args]
+
+Starts vLLM's OpenAI-compatible server, waits until it is healthy, uploads the tokenizer if the
+platform lacks it, registers, then sends a heartbeat every few seconds with the engine's load
+and the hardware's state. On SIGTERM or SIGINT it reports itself draining, lets in-flight
+requests finish, stops the engine and reports itself down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from pathlib import Path
+
+from inference.engine import Engine, EngineConfig, EngineError
+from inference.engine_metrics import engine_load
+from inference.platform_client import PlatformClient, PlatformError
+from inference.resources import cpu_view
+from inference.tokenizer_export import export_tokenizer
+from inference.wire import (
+    EngineLoad,
+    Heartbeat,
+    Registration,
+    RegistrationAccepted,
+    TokenizerUpload,
+    tokenizer_digest,
+)
+
+logger = logging.getLogger("dmx.worker")
+
+# Registration is retried this often while the platform is unreachable, seconds.
+RETRY_SECONDS = 2.0
+# While draining, the engine's load is polled this often, seconds.
+DRAIN_POLL_SECONDS = 0.2
+# A draining node keeps serving at least this long: twice a gateway's state refresh interval.
+DRAIN_MIN_SECONDS = 1.0
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get(name) or default
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m inference.worker",
+        description="Run a vLLM engine as a DMX platform node.",
+        epilog="Arguments after `--` go to vLLM unchanged.",
+    )
+    parser.add_argument(
+        "--model",
+        default=_env("DMX_WORKER_MODEL"),
+        required=not _env("DMX_WORKER_MODEL"),
+        help="model directory or hub id",
+    )
+    parser.add_argument(
+        "--name",
+        default=_env("DMX_WORKER_MODEL_NAME"),
+        help="the model's public name on the platform (default: --model)",
+    )
+    parser.add_argument(
+        "--version",
+        default=_env("DMX_WORKER_MODEL_VERSION", "v1"),
+        help="the model version tag registered on the platform",
+    )
+    parser.add_argument("--host", default=_env("DMX_WORKER_HOST", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(_env("DMX_WORKER_PORT", "8100")))
+    parser.add_argument(
+        "--advertise-url",
+        default=_env("DMX_WORKER_ADVERTISE_URL"),
+        help="URL gateways reach this node at (default: http://HOST:PORT)",
+    )
+    parser.add_argument(
+        "--node-name",
+        default=_env("DMX_WORKER_NODE_NAME"),
+        help="node name on the platform (default: HOSTNAME-PORT)",
+    )
+    parser.add_argument("--platform-url", default=_env("DMX_PLATFORM_URL", "http://127.0.0.1:8000"))
+    parser.add_argument(
+        "--node-token", default=_env("DMX_NODE_TOKEN"), required=not _env("DMX_NODE_TOKEN")
+    )
+    parser.add_argument(
+        "--run-dir",
+        type=Path,
+        default=None,
+        help="vLLM's sockets, caches and temp files (default: .run/worker-PORT)",
+    )
+    parser.add_argument(
+        "--start-timeout", type=float, default=float(_env("DMX_ENGINE_START_TIMEOUT", "600"))
+    )
+    parser.add_argument(
+        "--drain-timeout", type=float, default=float(_env("DMX_DRAIN_TIMEOUT", "30"))
+    )
+    own, _, extra = _split_extra(argv)
+    args = parser.parse_args(own)
+    args.extra = extra
+    args.name = args.name or args.model
+    args.node_name = args.node_name or f"{socket.gethostname()}-{args.port}"
+    args.advertise_url = args.advertise_url or f"http://{args.host}:{args.port}"
+    args.run_dir = args.run_dir or Path(".run") / f"worker-{args.port}"
+    return args
+
+
+def _split_extra(argv: list[str]) -> tuple[list[str], str, list[str]]:
+    if "--" in argv:
+        index = argv.index("--")
+        return argv[:index], "--", argv[index + 1 :]
+    return argv, "", []
+
+
+class Worker:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.engine = Engine(
+            EngineConfig(
+                model=args.model,
+                served_model_name=args.name,
+                host=args.host,
+                port=args.port,
+                run_dir=args.run_dir.resolve(),
+                extra_args=args.extra,
+            )
+        )
+        self.platform = PlatformClient(args.platform_url, args.node_token)
+        self.stopping = threading.Event()
+        self.accepted: RegistrationAccepted | None = None
+        self.registration: Registration | None = None
+        self.tokenizer: TokenizerUpload | None = None
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        self.engine.start()
+        try:
+            self.engine.wait_healthy(self.args.start_timeout, cancelled=self.stopping)
+        except EngineError as exc:
+            logger.error("%s", exc)
+            self.engine.stop()
+            return 1
+        logger.info("vLLM healthy at %s", self.engine.config.url)
+        if self.stopping.is_set():
+            self.engine.stop()
+            return 0
+        registration = self._registration()
+        while not self.stopping.is_set() and not self._register(registration):
+            self.stopping.wait(RETRY_SECONDS)
+        while not self.stopping.is_set():
+            if not self.engine.alive():
+                logger.error("vLLM exited with code %s", self.engine.process.returncode)
+                self._report("down", EngineLoad())
+                return 1
+            self._report("up", self._load())
+            self.stopping.wait(self.accepted.heartbeat_seconds if self.accepted else RETRY_SECONDS)
+        return self._drain()
+
+    def _on_signal(self, signum: int, frame) -> None:
+        logger.info("signal %s: draining", signal.Signals(signum).name)
+        self.stopping.set()
+
+    def _registration(self) -> Registration:
+        upload = self.tokenizer = export_tokenizer(self.args.model)
+        return Registration(
+            name=self.args.node_name,
+            url=self.args.advertise_url,
+            model=self.args.name,
+            version=self.args.version,
+            served_model_name=self.args.name,
+            max_model_len=self.engine.max_model_len(),
+            tokenizer_sha256=tokenizer_digest(upload) if upload else None,
+            resources=cpu_view(),
+            engine_args={"argv": self.engine.config.command()[3:]},
+        )
+
+    def _register(self, registration: Registration) -> bool:
+        try:
+            accepted = self.platform.register(registration)
+            if accepted.tokenizer_wanted and self.tokenizer is not None:
+                self.platform.upload_tokenizer(registration.tokenizer_sha256, self.tokenizer)
+                accepted = self.platform.register(registration)
+        except PlatformError as exc:
+            logger.warning("registration failed: %s", exc)
+            return False
+        self.accepted = accepted
+        self.registration = registration
+        logger.info("registered as node %s (%s)", accepted.node_id, registration.name)
+        return True
+
+    def _load(self) -> EngineLoad:
+        try:
+            return engine_load(self.engine.metrics_text())
+        except OSError as exc:
+            logger.warning("could not read vLLM metrics: %s", exc)
+            return EngineLoad()
+
+    def _report(self, status: str, load: EngineLoad) -> None:
+        if self.accepted is None:
+            return
+        heartbeat = Heartbeat(status=status, engine=load, resources=cpu_view())
+        try:
+            self.platform.heartbeat(self.accepted.node_id, heartbeat)
+        except PlatformError as exc:
+            logger.warning("heartbeat failed: %s", exc)
+            if exc.status == 404:  # the platform forgot us (a reset database): announce again
+                self._register(self.registration)
+
+    def _drain(self) -> int:
+        """Stop taking work, let in-flight requests finish, stop the engine, report down."""
+        self._report("draining", self._load())
+        start = time.monotonic()
+        deadline = start + self.args.drain_timeout
+        while time.monotonic() < deadline and self.engine.alive():
+            # Gateways may route here until their next state refresh; wait that out first.
+            settled = time.monotonic() - start >= DRAIN_MIN_SECONDS
+            load = self._load()
+            if settled and load.num_requests_running == 0 and load.num_requests_waiting == 0:
+                break
+            time.sleep(DRAIN_POLL_SECONDS)
+        code = self.engine.stop()
+        self._report("down", EngineLoad())
+        logger.info("stopped (vLLM exit code %s)", code)
+        return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    return Worker(parse_args(sys.argv[1:] if argv is None else argv)).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

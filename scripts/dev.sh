@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# Set up everything and run the platform locally: the gateway, a Celery worker with beat, and
+# one vLLM worker registered as a node. Ctrl-C stops them all.
+#
+# Settings come from the environment and .env (created on first run); see .env.example.
+# Without DATABASE_URL the platform uses SQLite in db.sqlite3. Without DMX_WORKER_MODEL the
+# worker serves the tiny offline model, built on first run into .cache/models/dmx-tiny.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+./scripts/bootstrap.sh
+
+if [ ! -f .env ]; then
+  echo "==> writing .env with fresh secrets (edit it to change settings)"
+  {
+    echo "DMX_DEBUG=1"
+    echo "DJANGO_SECRET_KEY=$(.venv/bin/python -c 'import secrets; print(secrets.token_urlsafe(48))')"
+    echo "DMX_KEY_PEPPER=$(.venv/bin/python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+  } > .env
+fi
+set -a; . ./.env; set +a
+
+GATEWAY_HOST=${DMX_GATEWAY_HOST:-127.0.0.1}
+GATEWAY_PORT=${DMX_GATEWAY_PORT:-8000}
+WORKER_PORT=${DMX_WORKER_PORT:-8100}
+MODEL_NAME=${DMX_WORKER_MODEL_NAME:-dmx-tiny}
+mkdir -p .run
+
+if [ -z "${REDIS_URL:-}" ]; then ./scripts/services.sh; fi
+
+if [ -z "${DMX_WORKER_MODEL:-}" ]; then
+  DMX_WORKER_MODEL=$PWD/.cache/models/dmx-tiny
+  if [ ! -f "$DMX_WORKER_MODEL/config.json" ]; then
+    echo "==> building the tiny offline model into $DMX_WORKER_MODEL"
+    .venv-vllm/bin/python -m inference.tiny_model "$DMX_WORKER_MODEL" >/dev/null
+  fi
+  export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}
+fi
+CONTEXT=$(.venv/bin/python -c "import json,sys; print(json.load(open(sys.argv[1]+'/config.json')).get('max_position_embeddings', 2048))" "$DMX_WORKER_MODEL" 2>/dev/null || echo 4096)
+
+echo "==> migrating the database"
+.venv/bin/python manage.py migrate --noinput >/dev/null
+.venv/bin/python manage.py collectstatic --noinput >/dev/null
+
+# Secrets are shown once; keep this run's so that a restart can print them again.
+demo=$(.venv/bin/python manage.py dmx_demo --model-name "$MODEL_NAME" --source "$DMX_WORKER_MODEL" --max-context-tokens "$CONTEXT")
+.venv/bin/python - "$demo" <<'PY'
+import json, pathlib, sys
+new = json.loads(sys.argv[1])
+path = pathlib.Path(".run/demo.json")
+old = json.loads(path.read_text()) if path.exists() else {}
+merged = {k: new.get(k) or old.get(k) for k in set(new) | set(old)}
+path.write_text(json.dumps(merged))
+path.chmod(0o600)
+PY
+read_demo() { .venv/bin/python -c "import json; print(json.load(open('.run/demo.json')).get('$1') or '')"; }
+API_KEY=$(read_demo api_key)
+NODE_TOKEN=${DMX_NODE_TOKEN:-$(read_demo node_token)}
+ADMIN_PASSWORD=$(read_demo operator_password)
+
+pids=()
+cleanup() {
+  trap - EXIT INT TERM
+  echo; echo "==> stopping"
+  # Newest first: the worker drains and reports itself down while the gateway still listens.
+  for ((i=${#pids[@]}-1; i>=0; i--)); do
+    kill -TERM "${pids[i]}" 2>/dev/null || true
+    wait "${pids[i]}" 2>/dev/null || true
+  done
+}
+trap cleanup EXIT INT TERM
+
+echo "==> starting the gateway on http://$GATEWAY_HOST:$GATEWAY_PORT"
+.venv/bin/uvicorn dmxplatform.asgi:application --host "$GATEWAY_HOST" --port "$GATEWAY_PORT" \
+  --loop uvloop --http httptools --lifespan on --no-access-log --workers "${DMX_GATEWAY_WORKERS:-1}" \
+  > .run/gateway.log 2>&1 &
+pids+=($!)
+
+echo "==> starting Celery (worker + beat)"
+.venv/bin/celery -A dmxplatform worker --beat --queues default,ledger,fleet --concurrency 1 \
+  --loglevel INFO --schedule .run/celerybeat-schedule > .run/celery.log 2>&1 &
+pids+=($!)
+
+echo "==> starting the vLLM worker for $MODEL_NAME on port $WORKER_PORT (logs: .run/worker.log)"
+VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1} VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-auto} \
+.venv-vllm/bin/python -m inference.worker --model "$DMX_WORKER_MODEL" --name "$MODEL_NAME" \
+  --port "$WORKER_PORT" --platform-url "http://127.0.0.1:$GATEWAY_PORT" --node-token "$NODE_TOKEN" \
+  -- ${DMX_WORKER_VLLM_ARGS:---enforce-eager} > .run/worker.log 2>&1 &
+pids+=($!)
+
+echo -n "==> waiting for the node to register"
+for _ in $(seq 1 300); do
+  if curl -sf "http://127.0.0.1:$GATEWAY_PORT/v1/models" -H "Authorization: Bearer $API_KEY" | grep -q "\"$MODEL_NAME\""; then
+    break
+  fi
+  for pid in "${pids[@]}"; do
+    kill -0 "$pid" 2>/dev/null || { echo; echo "a process exited; see .run/*.log" >&2; exit 1; }
+  done
+  echo -n "."; sleep 1
+done
+echo
+
+cat <<INFO
+
+DMX platform is running.
+  API (OpenAI-compatible)  http://$GATEWAY_HOST:$GATEWAY_PORT/v1
+  admin                    http://$GATEWAY_HOST:$GATEWAY_PORT/admin/  (user admin${ADMIN_PASSWORD:+, password $ADMIN_PASSWORD})
+  health, metrics          http://$GATEWAY_HOST:$GATEWAY_PORT/health  http://$GATEWAY_HOST:$GATEWAY_PORT/metrics
+  demo API key             $API_KEY
+  logs                     .run/gateway.log .run/celery.log .run/worker.log
+
+Try:
+  curl http://$GATEWAY_HOST:$GATEWAY_PORT/v1/chat/completions -H "Authorization: Bearer $API_KEY" \\
+    -H "Content-Type: application/json" \\
+    -d '{"model": "$MODEL_NAME", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16}'
+
+Ctrl-C stops everything.
+INFO
+
+wait -n "${pids[@]}"
+echo "a process exited; see .run/*.log" >&2
+exit 1

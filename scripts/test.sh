@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Run the whole test suite against real PostgreSQL, Redis and vLLM worker processes, starting
+# the local servers when they are not running. Arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+./scripts/services.sh --postgres
+./scripts/bootstrap.sh
+
+# The suite's own settings; the real environment and .env do not leak in.
+export DMX_DEBUG=1
+export DJANGO_SECRET_KEY=test-secret-key
+export DMX_KEY_PEPPER=test-pepper
+export DATABASE_URL=${DMX_TEST_DATABASE_URL:-postgres://postgres@127.0.0.1:5432/dmx}
+export REDIS_URL=${DMX_TEST_REDIS_URL:-redis://127.0.0.1:6379/15}
+export DMX_REDIS_PREFIX=dmxtest
+# Fast cadences so that liveness tests finish in seconds.
+export DMX_HEARTBEAT_SECONDS=0.5
+export DMX_NODE_STALE_SECONDS=3
+export DMX_NODE_STALE_CHECK_SECONDS=0.5
+export DMX_USAGE_FLUSH_SECONDS=0.5
+export DMX_STATE_REFRESH_SECONDS=0.25
+export HF_HUB_OFFLINE=1
+export PYTHONDONTWRITEBYTECODE=1
+
+status=0
+.venv/bin/python -m pytest "$@" || status=$?
+if [ "$status" -eq 5 ]; then
+  echo "pytest collected no tests: that is a failure here" >&2
+  exit 1
+fi
+exit "$status"

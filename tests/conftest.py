@@ -1,0 +1,132 @@
+"""Session-wide fixtures: a clean Redis database, and the real platform processes for e2e tests."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from dmxplatform.redis_client import sync_redis
+from tests import stack as stack_module
+from tests.hardware.factories import make_node_token
+from tests.http import call
+from tests.keys.factories import make_api_key
+from tests.models.factories import make_model
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_test_environment, django_db_blocker) -> Iterator[None]:
+    """Always create the test database: e2e tests use it without Django's db fixtures."""
+    from django.test.utils import setup_databases, teardown_databases
+
+    with django_db_blocker.unblock():
+        config = setup_databases(verbosity=0, interactive=False, aliases={"default"})
+    yield
+    with django_db_blocker.unblock():
+        teardown_databases(config, verbosity=0)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _clean_redis() -> None:
+    """Start from an empty Redis database; the suite owns the one REDIS_URL names."""
+    assert settings.REDIS_URL.rsplit("/", 1)[-1] not in ("", "0"), (
+        "the suite flushes its Redis database; point REDIS_URL at a spare one (scripts/test.sh)"
+    )
+    sync_redis().flushdb()
+
+
+# Models the e2e stack serves, one worker each; the second exists to be killed.
+SERVED_MODELS = ("dmx-tiny", "dmx-tiny-b")
+# In the catalog, never served: requests for it must get 503.
+UNSERVED_MODEL = "dmx-unserved"
+TINY_CONTEXT = 2048
+
+
+@dataclass
+class Seed:
+    node_token: str
+    api_key: str
+
+
+def e2e_seed() -> Seed:
+    for name in (*SERVED_MODELS, UNSERVED_MODEL):
+        make_model(name, max_context_tokens=TINY_CONTEXT)
+    _, node_token = make_node_token("e2e")
+    _, api_key = make_api_key(name="e2e")
+    return Seed(node_token=node_token, api_key=api_key)
+
+
+@dataclass
+class RunningPlatform:
+    url: str
+    stack: stack_module.Stack
+    node_token: str
+    api_key: str
+    workers: dict[str, stack_module.Worker]
+
+    @property
+    def api_url(self) -> str:
+        return self.url + "/v1"
+
+
+def _database_url() -> str:
+    db = connection.settings_dict
+    return f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+
+
+@pytest.fixture(scope="session")
+def platform(django_db_setup, django_db_blocker) -> Iterator[RunningPlatform]:
+    """The gateway, Celery (worker + beat) and one vLLM worker per e2e model, started once."""
+    assert connection.vendor == "postgresql", "e2e tests run against PostgreSQL (scripts/test.sh)"
+    stack_module.build_tiny_model()
+    with django_db_blocker.unblock():
+        seed = e2e_seed()
+    env = dict(os.environ, DATABASE_URL=_database_url())
+    stack = stack_module.Stack(env=env)
+    try:
+        stack.start_gateway()
+        stack.start_celery()
+        workers = {
+            name: stack.start_worker(model_name=name, node_token=seed.node_token)
+            for name in SERVED_MODELS
+        }
+        running = RunningPlatform(
+            url=stack.url,
+            stack=stack,
+            node_token=seed.node_token,
+            api_key=seed.api_key,
+            workers=workers,
+        )
+        for name, worker in workers.items():
+            wait_until_served(running, name, worker)
+        yield running
+    finally:
+        stack.stop()
+
+
+def wait_until_served(running: RunningPlatform, model: str, worker: stack_module.Worker) -> None:
+    """Block until the gateway lists `model`; fail with the worker's log if it dies first."""
+
+    def served() -> bool:
+        if not worker.alive():
+            pytest.fail(f"worker for {model} exited:\n{worker.log_tail()}")
+        reply = call("GET", running.api_url + "/models", key=running.api_key)
+        return reply.status == 200 and any(m["id"] == model for m in reply.json()["data"])
+
+    stack_module.wait_for(
+        served,
+        timeout=stack_module.WORKER_START_TIMEOUT,
+        interval=0.5,
+        what=f"a node serving {model}",
+    )
+
+
+@pytest.fixture
+def committed(django_db_blocker) -> Iterator[None]:
+    """ORM access in autocommit, for e2e tests: other processes see every write at once."""
+    with django_db_blocker.unblock():
+        yield

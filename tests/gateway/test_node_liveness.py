@@ -1,0 +1,90 @@
+"""A node that dies stops receiving traffic within a bounded time; one that stops, drains."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.conf import settings
+
+from apps.hardware.choices import NodeStatus
+from apps.hardware.models import Node
+from tests.conftest import wait_until_served
+from tests.http import call
+from tests.stack import wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def ask(platform, model: str):
+    body = {"model": model, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+    return call(
+        "POST", platform.api_url + "/chat/completions", key=platform.api_key, json_body=body
+    )
+
+
+def node_of(worker) -> Node:
+    return Node.objects.get(name=f"test-dmx-tiny-b-{worker.port}")
+
+
+def test_killed_worker_goes_down_and_gateway_answers_503(platform, committed):
+    worker = platform.workers["dmx-tiny-b"]
+    assert ask(platform, "dmx-tiny-b").status == 200
+
+    killed_at = time.monotonic()
+    worker.kill_hard()
+
+    # The gateway stops routing once heartbeats are stale, before any database write.
+    bound = settings.DMX_NODE_STALE_SECONDS + 2.0
+    reply = wait_for(
+        lambda: (r := ask(platform, "dmx-tiny-b")).status == 503 and r,
+        timeout=bound,
+        interval=0.1,
+        what="the gateway to stop routing to the dead node",
+    )
+    assert reply.json()["error"]["code"] == "no_capacity"
+    assert "retry-after" in reply.headers
+    # And the platform marks it down in the database (Celery's stale check).
+    wait_for(
+        lambda: node_of(worker).status == NodeStatus.DOWN,
+        timeout=bound + 3,
+        what="the node to be marked down",
+    )
+    assert time.monotonic() - killed_at < bound + 3
+    assert ask(platform, "dmx-tiny").status == 200  # the other model is unaffected
+
+
+def test_sigterm_drains_in_flight_requests_then_reports_down(platform, committed):
+    """Run after the kill test: bring dmx-tiny-b back, then stop it gracefully mid-request."""
+    import threading
+
+    worker = platform.stack.start_worker(model_name="dmx-tiny-b", node_token=platform.node_token)
+    platform.workers["dmx-tiny-b"] = worker
+    wait_until_served(platform, "dmx-tiny-b", worker)
+
+    result = {}
+
+    def long_request():
+        body = {
+            "model": "dmx-tiny-b",
+            "messages": [{"role": "user", "content": "go"}],
+            "max_tokens": 300,
+            "ignore_eos": True,
+        }
+        result["reply"] = call(
+            "POST", platform.api_url + "/chat/completions", key=platform.api_key, json_body=body
+        )
+
+    thread = threading.Thread(target=long_request)
+    thread.start()
+    wait_for(
+        lambda: node_of(worker).num_requests_running > 0, timeout=10, what="the request to start"
+    )
+    worker.stop()  # SIGTERM
+    thread.join(timeout=60)
+
+    reply = result["reply"]
+    assert reply.status == 200, reply.body  # the in-flight request finished
+    assert reply.json()["usage"]["completion_tokens"] == 300
+    assert node_of(worker).status == NodeStatus.DOWN  # reported by the worker itself
+    assert ask(platform, "dmx-tiny-b").status == 503

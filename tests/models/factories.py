@@ -1,0 +1,14 @@
+from __future__ import annotations
+
+from apps.models.models import LlmModel, ModelVersion
+from apps.models.services import llm_model_create, model_version_create
+
+
+def make_model(
+    name: str, *, max_context_tokens: int = 2048, version: str = "v1"
+) -> tuple[LlmModel, ModelVersion]:
+    model = LlmModel.objects.filter(name=name).first() or llm_model_create(
+        name=name, max_context_tokens=max_context_tokens
+    )
+    existing = ModelVersion.objects.filter(model=model, tag=version).first()
+    return model, existing or model_version_create(model=model, tag=version)

@@ -1,0 +1,240 @@
+"""Real processes for end-to-end tests: the gateway, Celery, and vLLM inference workers.
+
+Each process runs in its own session and writes to a log under .run/test-logs, which a failing
+test prints. Everything is stopped by process group, so no child outlives the test run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LOG_DIR = ROOT / ".run" / "test-logs"
+PLATFORM_PYTHON = ROOT / ".venv" / "bin" / "python"
+WORKER_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+TINY_MODEL_DIR = ROOT / ".cache" / "models" / "dmx-tiny"
+# vLLM with the tiny model starts in 16-40 s on two shared cores; more means it is broken.
+WORKER_START_TIMEOUT = 180
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for(predicate, *, timeout: float, interval: float = 0.2, what: str = "condition"):
+    """Poll until predicate() is truthy; return its value or raise TimeoutError."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(interval)
+
+
+def _kill_group(pid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(os.getpgid(pid), sig)
+
+
+class Service:
+    """One long-running process with its own process group and log file."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str]) -> None:
+        self.name = name
+        self.argv = argv
+        self.env = env
+        self.log_path = LOG_DIR / f"{name}.log"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> Service:
+        LOG_DIR.mkdir(parents=True, exist_ok=True)
+        log = self.log_path.open("wb")
+        self.process = subprocess.Popen(
+            self.argv,
+            cwd=ROOT,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
+        return self
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 20) -> None:
+        """SIGTERM the group, then SIGKILL what is left after `timeout`."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            _kill_group(self.process.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=timeout)
+        _kill_group(self.process.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout=5)
+
+
+class Worker(Service):
+    """An inference worker; its vLLM server runs in a session of its own (see vllm.pid)."""
+
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], run_dir: Path) -> None:
+        super().__init__(name, argv, env)
+        self.run_dir = run_dir
+
+    def engine_pid(self) -> int | None:
+        try:
+            return int((self.run_dir / "vllm.pid").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def kill_hard(self) -> None:
+        """Kill the worker and its engine at once, as a crashed host would."""
+        for pid in (self.engine_pid(), self.process.pid if self.process else None):
+            if pid:
+                _kill_group(pid, signal.SIGKILL)
+        if self.process:
+            self.process.wait(timeout=10)
+
+    def stop(self, timeout: float = 40) -> None:
+        super().stop(timeout)
+        pid = self.engine_pid()
+        if pid:
+            _kill_group(pid, signal.SIGKILL)
+
+
+class Stack:
+    """The platform's processes for one test session."""
+
+    def __init__(self, *, env: dict[str, str]) -> None:
+        self.env = env
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.services: list[Service] = []
+
+    def _add(self, service: Service) -> Service:
+        self.services.append(service.start())
+        return service
+
+    def start_gateway(self) -> Service:
+        argv = [
+            str(ROOT / ".venv" / "bin" / "uvicorn"),
+            "dmxplatform.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--loop",
+            "uvloop",
+            "--http",
+            "httptools",
+            "--lifespan",
+            "on",
+            "--no-access-log",
+        ]
+        gateway = self._add(Service("gateway", argv, self.env))
+        wait_for(lambda: _http_ok(self.url + "/health"), timeout=30, what="gateway /health")
+        return gateway
+
+    def start_celery(self) -> Service:
+        argv = [
+            str(ROOT / ".venv" / "bin" / "celery"),
+            "-A",
+            "dmxplatform",
+            "worker",
+            "--beat",
+            "--queues",
+            "default,ledger,fleet",
+            "--concurrency",
+            "1",
+            "--loglevel",
+            "INFO",
+            "--schedule",
+            str(LOG_DIR / "celerybeat-schedule"),
+        ]
+        return self._add(Service("celery", argv, self.env))
+
+    def start_worker(self, *, model_name: str, node_token: str, version: str = "v1") -> Worker:
+        port = free_port()
+        run_dir = ROOT / ".run" / "test-workers" / f"{model_name}-{port}"
+        argv = [
+            str(WORKER_PYTHON),
+            "-m",
+            "inference.worker",
+            "--model",
+            str(TINY_MODEL_DIR),
+            "--name",
+            model_name,
+            "--version",
+            version,
+            "--port",
+            str(port),
+            "--node-name",
+            f"test-{model_name}-{port}",
+            "--platform-url",
+            self.url,
+            "--node-token",
+            node_token,
+            "--run-dir",
+            str(run_dir),
+            "--drain-timeout",
+            "10",
+            "--",
+            "--enforce-eager",
+            "--max-num-seqs",
+            "16",
+        ]
+        env = dict(
+            self.env,
+            VLLM_CPU_KVCACHE_SPACE="1",
+            VLLM_CPU_OMP_THREADS_BIND="nobind",
+            OMP_NUM_THREADS="1",
+        )
+        worker = Worker(f"worker-{model_name}-{port}", argv, env, run_dir)
+        self._add(worker)
+        worker.port = port
+        return worker
+
+    def stop(self) -> None:
+        # Workers first, so that they can report themselves down to a live gateway.
+        for service in reversed(self.services):
+            service.stop()
+
+
+def _http_ok(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def build_tiny_model() -> Path:
+    """Build the tiny model once; later runs reuse it."""
+    if not (TINY_MODEL_DIR / "config.json").exists():
+        subprocess.run(
+            [str(WORKER_PYTHON), "-m", "inference.tiny_model", str(TINY_MODEL_DIR)],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
+    return TINY_MODEL_DIR
