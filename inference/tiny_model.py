@@ -9,6 +9,7 @@ give the same files.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 from pathlib import Path
 
@@ -110,9 +111,11 @@ def build_weights(out: Path) -> None:
         eos_token_id=tokenizer.token_to_id(EOS),
         pad_token_id=tokenizer.token_to_id(PAD),
         tie_word_embeddings=True,
+        # float32, run with `--dtype float32`: vLLM's bfloat16 CPU attention takes an AMX path
+        # that dies with SIGILL on some virtual machines that advertise AMX.
+        torch_dtype="float32",
     )
-    # bfloat16, the dtype vLLM runs it in on a CPU: saved so, it loads without conversion.
-    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model = LlamaForCausalLM(config)
     model.save_pretrained(out, safe_serialization=True)
     GenerationConfig(
         bos_token_id=config.bos_token_id,
@@ -121,11 +124,19 @@ def build_weights(out: Path) -> None:
     ).save_pretrained(out)
 
 
+def _builder_digest() -> str:
+    return hashlib.sha256(Path(__file__).read_bytes()).hexdigest()
+
+
 def build(out: Path) -> Path:
-    """Write the whole model directory and return it."""
+    """Write the model directory, unless this builder already wrote it; return it."""
+    stamp = out / ".dmx-builder"
+    if stamp.exists() and stamp.read_text() == _builder_digest():
+        return out
     out.mkdir(parents=True, exist_ok=True)
     build_tokenizer(out)
     build_weights(out)
+    stamp.write_text(_builder_digest())
     return out
 
 

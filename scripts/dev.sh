@@ -30,11 +30,11 @@ if [ -z "${REDIS_URL:-}" ]; then ./scripts/services.sh; fi
 
 if [ -z "${DMX_WORKER_MODEL:-}" ]; then
   DMX_WORKER_MODEL=$PWD/.cache/models/dmx-tiny
-  if [ ! -f "$DMX_WORKER_MODEL/config.json" ]; then
-    echo "==> building the tiny offline model into $DMX_WORKER_MODEL"
-    .venv-vllm/bin/python -m inference.tiny_model "$DMX_WORKER_MODEL" >/dev/null
-  fi
+  echo "==> the tiny offline model: $DMX_WORKER_MODEL"
+  .venv-vllm/bin/python -m inference.tiny_model "$DMX_WORKER_MODEL" >/dev/null 2>&1
   export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}
+  # float32: see inference/tiny_model.py
+  DMX_WORKER_VLLM_ARGS=${DMX_WORKER_VLLM_ARGS:---enforce-eager --dtype float32}
 fi
 CONTEXT=$(.venv/bin/python -c "import json,sys; print(json.load(open(sys.argv[1]+'/config.json')).get('max_position_embeddings', 2048))" "$DMX_WORKER_MODEL" 2>/dev/null || echo 4096)
 

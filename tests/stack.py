@@ -21,6 +21,8 @@ LOG_DIR = ROOT / ".run" / "test-logs"
 PLATFORM_PYTHON = ROOT / ".venv" / "bin" / "python"
 WORKER_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 TINY_MODEL_DIR = ROOT / ".cache" / "models" / "dmx-tiny"
+# Eager mode starts in seconds; float32 keeps vLLM off its AMX path (see inference/tiny_model.py).
+TINY_MODEL_VLLM_ARGS = ("--enforce-eager", "--dtype", "float32", "--max-num-seqs", "16")
 # vLLM with the tiny model starts in 16-40 s on two shared cores; more means it is broken.
 WORKER_START_TIMEOUT = 180
 

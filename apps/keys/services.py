@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from datetime import UTC, datetime
 
-from django.db import DatabaseError, IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.utils import timezone
 from redis.exceptions import ResponseError
 
@@ -116,6 +116,7 @@ def _usage_insert(entries: list[tuple[bytes, ledger.UsageEvent]]) -> list[bytes]
     rows = [_usage_row(event) for _, event in entries]
     try:
         with transaction.atomic():
+            _check_constraints_now()
             UsageRecord.objects.bulk_create(rows, ignore_conflicts=True)
         return []
     except IntegrityError:
@@ -125,10 +126,19 @@ def _usage_insert(entries: list[tuple[bytes, ledger.UsageEvent]]) -> list[bytes]
     for (entry_id, _), row in zip(entries, rows, strict=True):
         try:
             with transaction.atomic():
+                _check_constraints_now()
                 UsageRecord.objects.bulk_create([row], ignore_conflicts=True)
         except IntegrityError:
             rejected.append(entry_id)
     return rejected
+
+
+def _check_constraints_now() -> None:
+    """Make PostgreSQL check foreign keys at insert, not at commit (Django defers them), so a
+    bad row fails inside its own savepoint and the rest of the batch survives."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
 
 
 def _ensure_group(client) -> None:

@@ -1,0 +1,26 @@
+from pathlib import Path
+
+from inference.worker import parse_args
+
+
+def test_defaults_and_vllm_passthrough(monkeypatch):
+    monkeypatch.delenv("DMX_WORKER_MODEL", raising=False)
+    monkeypatch.setenv("DMX_NODE_TOKEN", "dmx-node-abcdefgh_secret")
+    args = parse_args(["--model", "/models/llama", "--port", "9001", "--", "--dtype", "float32"])
+    assert args.name == "/models/llama"  # public name defaults to the model
+    assert args.version == "v1"
+    assert args.advertise_url == "http://127.0.0.1:9001"
+    assert args.node_name.endswith("-9001")
+    assert args.run_dir == Path(".run") / "worker-9001"
+    assert args.extra == ["--dtype", "float32"]
+    assert args.node_token == "dmx-node-abcdefgh_secret"
+
+
+def test_environment_supplies_what_flags_do_not(monkeypatch):
+    monkeypatch.setenv("DMX_WORKER_MODEL", "org/model")
+    monkeypatch.setenv("DMX_WORKER_MODEL_NAME", "chat-large")
+    monkeypatch.setenv("DMX_NODE_TOKEN", "t")
+    monkeypatch.setenv("DMX_WORKER_ADVERTISE_URL", "http://node-7.internal:8000")
+    args = parse_args(["--version", "v2"])
+    assert (args.model, args.name, args.version) == ("org/model", "chat-large", "v2")
+    assert args.advertise_url == "http://node-7.internal:8000"

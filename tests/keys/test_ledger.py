@@ -1,0 +1,112 @@
+"""The usage buffer and its flush, against real Redis and PostgreSQL."""
+
+import time
+import uuid
+
+import pytest
+from django.db import OperationalError
+
+from apps.keys import ledger, services
+from apps.keys.models import UsageRecord
+from apps.keys.services import usage_flush
+from dmxplatform.redis_client import sync_redis
+from tests.keys.factories import make_api_key
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _private_stream(settings):
+    """Keep these tests' stream apart from the one the e2e gateway and Celery share."""
+    settings.DMX_REDIS_PREFIX = f"dmxtest-ledger-{uuid.uuid4().hex[:8]}"
+    yield
+    client = sync_redis()
+    for key in client.scan_iter(f"{settings.DMX_REDIS_PREFIX}:*"):
+        client.delete(key)
+
+
+def event(key, **overrides) -> ledger.UsageEvent:
+    fields = dict(
+        request_id=f"req_{uuid.uuid4().hex}",
+        api_key_id=key.id,
+        tenant_id=key.tenant_id,
+        created_at=time.time(),
+        endpoint="chat.completions",
+        model="m",
+        status="ok",
+        http_status=200,
+        prompt_tokens=11,
+        completion_tokens=7,
+        timings={"auth": 0.01},
+    )
+    fields.update(overrides)
+    return ledger.UsageEvent(**fields)
+
+
+def append(*events: ledger.UsageEvent) -> None:
+    for e in events:
+        sync_redis().xadd(ledger.stream_key(), {ledger.FIELD: e.encode()})
+
+
+def test_flush_moves_events_into_records_and_empties_the_stream():
+    key, _ = make_api_key()
+    events = [event(key, completion_tokens=n) for n in range(5)]
+    append(*events)
+    assert usage_flush() == 5
+    rows = UsageRecord.objects.filter(api_key=key).order_by("completion_tokens")
+    assert [r.completion_tokens for r in rows] == [0, 1, 2, 3, 4]
+    assert rows[0].request_id == events[0].request_id and rows[0].timings == {"auth": 0.01}
+    assert sync_redis().xlen(ledger.stream_key()) == 0
+    assert usage_flush() == 0
+
+
+def test_the_same_request_is_recorded_once():
+    key, _ = make_api_key()
+    duplicate = event(key)
+    append(duplicate, duplicate)
+    usage_flush()
+    append(duplicate)  # redelivered after a crash
+    usage_flush()
+    assert UsageRecord.objects.filter(request_id=duplicate.request_id).count() == 1
+
+
+def test_events_wait_in_redis_while_the_database_fails(monkeypatch):
+    key, _ = make_api_key()
+    waiting = event(key)
+    append(waiting)
+
+    def database_down(entries):
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr(services, "_usage_insert", database_down)
+    assert usage_flush() == 0
+    # Read but unacknowledged: pending for this consumer, still in the stream.
+    assert sync_redis().xpending(ledger.stream_key(), ledger.GROUP)["pending"] == 1
+    monkeypatch.undo()
+    assert usage_flush() == 1
+    assert UsageRecord.objects.filter(request_id=waiting.request_id).exists()
+    assert sync_redis().xlen(ledger.stream_key()) == 0
+
+
+def test_an_event_that_can_never_be_stored_goes_to_the_dead_letter_stream():
+    key, _ = make_api_key()
+    good, orphan = event(key), event(key, api_key_id=10**12)  # no such key
+    append(good, orphan)
+    usage_flush()
+    assert UsageRecord.objects.filter(request_id=good.request_id).exists()
+    dead = sync_redis().xrange(ledger.dead_letter_key())
+    assert len(dead) == 1
+    assert ledger.UsageEvent.decode(dead[0][1][ledger.FIELD]).request_id == orphan.request_id
+    assert sync_redis().xlen(ledger.stream_key()) == 0
+
+
+def test_a_second_flush_while_one_runs_returns_at_once():
+    lock = sync_redis().lock(services.rkey("usage", "flush-lock"), timeout=5)
+    assert lock.acquire(blocking=False)
+    try:
+        key, _ = make_api_key()
+        append(event(key))
+        assert usage_flush() == 0
+    finally:
+        lock.release()
+    assert usage_flush() == 1

@@ -1,0 +1,76 @@
+"""Prompt counting with the tiny model's own tokenizer files (e2e checks them against vLLM)."""
+
+import json
+
+import pytest
+
+from apps.models.tokenizers import ChatTemplateError, PromptCounter, message_text
+from tests.stack import build_tiny_model
+
+
+@pytest.fixture(scope="module")
+def counter() -> PromptCounter:
+    directory = build_tiny_model()
+    config = json.loads((directory / "tokenizer_config.json").read_text())
+    return PromptCounter(
+        tokenizer_json=(directory / "tokenizer.json").read_text(),
+        chat_template=config["chat_template"],
+        bos_token=config["bos_token"],
+        eos_token=config["eos_token"],
+    )
+
+
+def test_chat_renders_the_template_and_opens_the_reply(counter):
+    rendered = counter.render_chat([{"role": "user", "content": "hi"}])
+    assert rendered == "<|begin_of_text|><|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert counter.count_chat([{"role": "user", "content": "hi"}]) == counter.count_text(rendered)
+    # Special tokens are single tokens, as in the engine.
+    assert counter.count_text("<|im_start|>") == 1
+    assert counter.count_text("<|im_start|><|im_end|>") == 2
+
+
+def test_longer_prompts_count_more(counter):
+    short = counter.count_chat([{"role": "user", "content": "hello"}])
+    longer = counter.count_chat([{"role": "user", "content": "hello " * 50}])
+    assert longer > short + 40
+
+
+def test_content_parts_count_as_their_text(counter):
+    parts = [{"type": "text", "text": "hello"}, {"type": "image_url", "image_url": {"url": "x"}}]
+    assert counter.count_chat([{"role": "user", "content": parts}]) == counter.count_chat(
+        [{"role": "user", "content": "hello"}]
+    )
+    assert message_text(parts) == "hello"
+    assert message_text(None) == ""
+
+
+def test_completion_prompts(counter):
+    assert counter.count_prompts([1, 2, 3]) == [3]
+    assert counter.count_prompts([[1, 2], [3]]) == [2, 1]
+    assert counter.count_prompts(["a", "hello world"]) == [
+        counter.count_text("a"),
+        counter.count_text("hello world"),
+    ]
+
+
+def test_chinese_text_is_counted(counter):
+    assert counter.count_text("你好，请帮我翻译") >= 4
+
+
+def test_a_model_without_chat_template_refuses_chat(counter):
+    bare = PromptCounter(
+        tokenizer_json=counter._tokenizer.to_str(), chat_template="", bos_token="", eos_token=""
+    )
+    with pytest.raises(ChatTemplateError):
+        bare.count_chat([{"role": "user", "content": "x"}])
+
+
+def test_template_exceptions_become_chat_template_errors():
+    counter = PromptCounter(
+        tokenizer_json=build_tiny_model().joinpath("tokenizer.json").read_text(),
+        chat_template="{{ raise_exception('roles must alternate') }}",
+        bos_token="",
+        eos_token="",
+    )
+    with pytest.raises(ChatTemplateError, match="roles must alternate"):
+        counter.count_chat([{"role": "user", "content": "x"}])
