@@ -30,10 +30,13 @@ class ApplicationError(Exception):
         code: str | None = None,
         param: str | None = None,
         headers: dict[str, str] | None = None,
+        error_type: str | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
         self.code = code or self.default_code
+        if error_type is not None:
+            self.error_type = error_type
         self.param = param
         self.headers = headers or {}
 

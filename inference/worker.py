@@ -79,6 +79,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         help="URL gateways reach this node at (default: http://HOST:PORT)",
     )
     parser.add_argument(
+        "--attach",
+        default=_env("DMX_WORKER_ATTACH_URL"),
+        help="register an OpenAI-compatible server already running at this URL instead of "
+        "starting vLLM (--model then only names the tokenizer)",
+    )
+    parser.add_argument(
         "--node-name",
         default=_env("DMX_WORKER_NODE_NAME"),
         help="node name on the platform (default: HOSTNAME-PORT)",
@@ -104,7 +110,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.extra = extra
     args.name = args.name or args.model
     args.node_name = args.node_name or f"{socket.gethostname()}-{args.port}"
-    args.advertise_url = args.advertise_url or f"http://{args.host}:{args.port}"
+    args.advertise_url = args.advertise_url or args.attach or f"http://{args.host}:{args.port}"
     args.run_dir = args.run_dir or Path(".run") / f"worker-{args.port}"
     return args
 
@@ -127,6 +133,7 @@ class Worker:
                 port=args.port,
                 run_dir=args.run_dir.resolve(),
                 extra_args=args.extra,
+                attach_url=args.attach,
             )
         )
         self.platform = PlatformClient(args.platform_url, args.node_token)

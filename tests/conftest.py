@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -12,6 +13,7 @@ from django.db import connection
 
 from dmxplatform.redis_client import sync_redis
 from tests import stack as stack_module
+from tests.faults import TcpProxy
 from tests.hardware.factories import make_node_token
 from tests.http import call
 from tests.keys.factories import make_api_key
@@ -43,7 +45,21 @@ def _clean_redis() -> None:
 SERVED_MODELS = ("dmx-tiny", "dmx-tiny-b")
 # In the catalog, never served: requests for it must get 503.
 UNSERVED_MODEL = "dmx-unserved"
+# In the catalog; tests register dead nodes for it.
+BROKEN_MODEL = "dmx-broken"
 TINY_CONTEXT = 2048
+# Two replicas, so that shared limits and cache invalidation are tested across processes.
+GATEWAY_REPLICAS = 2
+
+
+@pytest.fixture
+def private_redis(settings) -> Iterator[str]:
+    """Give a test its own Redis key prefix, apart from the e2e processes' state; clean it up."""
+    prefix = settings.DMX_REDIS_PREFIX = f"dmxtest-{uuid.uuid4().hex[:10]}"
+    yield prefix
+    client = sync_redis()
+    for key in client.scan_iter(f"{prefix}:*"):
+        client.delete(key)
 
 
 @dataclass
@@ -53,7 +69,7 @@ class Seed:
 
 
 def e2e_seed() -> Seed:
-    for name in (*SERVED_MODELS, UNSERVED_MODEL):
+    for name in (*SERVED_MODELS, UNSERVED_MODEL, BROKEN_MODEL):
         make_model(name, max_context_tokens=TINY_CONTEXT)
     _, node_token = make_node_token("e2e")
     _, api_key = make_api_key(name="e2e")
@@ -62,20 +78,29 @@ def e2e_seed() -> Seed:
 
 @dataclass
 class RunningPlatform:
-    url: str
     stack: stack_module.Stack
     node_token: str
     api_key: str
     workers: dict[str, stack_module.Worker]
+    database: TcpProxy  # the platform's processes reach PostgreSQL only through this
+
+    @property
+    def url(self) -> str:
+        return self.stack.gateways[0]
 
     @property
     def api_url(self) -> str:
         return self.url + "/v1"
 
+    @property
+    def api_urls(self) -> list[str]:
+        """Every gateway replica's /v1."""
+        return [url + "/v1" for url in self.stack.gateways]
 
-def _database_url() -> str:
+
+def _database_url(port: int) -> str:
     db = connection.settings_dict
-    return f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}"
+    return f"postgres://{db['USER']}@127.0.0.1:{port}/{db['NAME']}"
 
 
 @pytest.fixture(scope="session")
@@ -85,27 +110,30 @@ def platform(django_db_setup, django_db_blocker) -> Iterator[RunningPlatform]:
     stack_module.build_tiny_model()
     with django_db_blocker.unblock():
         seed = e2e_seed()
-    env = dict(os.environ, DATABASE_URL=_database_url())
+    database = TcpProxy((connection.settings_dict["HOST"], int(connection.settings_dict["PORT"])))
+    env = dict(os.environ, DATABASE_URL=_database_url(database.port))
     stack = stack_module.Stack(env=env)
     try:
-        stack.start_gateway()
+        for _ in range(GATEWAY_REPLICAS):
+            stack.start_gateway()
         stack.start_celery()
         workers = {
             name: stack.start_worker(model_name=name, node_token=seed.node_token)
             for name in SERVED_MODELS
         }
         running = RunningPlatform(
-            url=stack.url,
             stack=stack,
             node_token=seed.node_token,
             api_key=seed.api_key,
             workers=workers,
+            database=database,
         )
         for name, worker in workers.items():
             wait_until_served(running, name, worker)
         yield running
     finally:
         stack.stop()
+        database.close()
 
 
 def wait_until_served(running: RunningPlatform, model: str, worker: stack_module.Worker) -> None:

@@ -27,6 +27,24 @@ TINY_MODEL_VLLM_ARGS = ("--enforce-eager", "--dtype", "float32", "--max-num-seqs
 WORKER_START_TIMEOUT = 180
 
 
+def gateway_argv(port: int) -> list[str]:
+    """The gateway's command line: one uvicorn process on uvloop and httptools."""
+    return [
+        str(ROOT / ".venv" / "bin" / "uvicorn"), "dmxplatform.asgi:application",
+        "--host", "127.0.0.1", "--port", str(port), "--loop", "uvloop", "--http", "httptools",
+        "--lifespan", "on", "--no-access-log",
+    ]  # fmt: skip
+
+
+def celery_argv(schedule: Path) -> list[str]:
+    """Celery's command line: one worker process with beat, on every queue."""
+    return [
+        str(ROOT / ".venv" / "bin" / "celery"), "-A", "dmxplatform", "worker", "--beat",
+        "--queues", "default,ledger,fleet", "--concurrency", "1", "--loglevel", "INFO",
+        "--schedule", str(schedule),
+    ]  # fmt: skip
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -129,51 +147,30 @@ class Stack:
 
     def __init__(self, *, env: dict[str, str]) -> None:
         self.env = env
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.gateways: list[str] = []
         self.services: list[Service] = []
+
+    @property
+    def url(self) -> str:
+        """The first gateway: workers register through it."""
+        return self.gateways[0]
 
     def _add(self, service: Service) -> Service:
         self.services.append(service.start())
         return service
 
     def start_gateway(self) -> Service:
-        argv = [
-            str(ROOT / ".venv" / "bin" / "uvicorn"),
-            "dmxplatform.asgi:application",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--loop",
-            "uvloop",
-            "--http",
-            "httptools",
-            "--lifespan",
-            "on",
-            "--no-access-log",
-        ]
-        gateway = self._add(Service("gateway", argv, self.env))
-        wait_for(lambda: _http_ok(self.url + "/health"), timeout=30, what="gateway /health")
+        """Start one more gateway replica; every replica shares the same Redis and database."""
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        argv = gateway_argv(port)
+        gateway = self._add(Service(f"gateway-{len(self.gateways) + 1}", argv, self.env))
+        wait_for(lambda: _http_ok(url + "/health"), timeout=30, what="gateway /health")
+        self.gateways.append(url)
         return gateway
 
     def start_celery(self) -> Service:
-        argv = [
-            str(ROOT / ".venv" / "bin" / "celery"),
-            "-A",
-            "dmxplatform",
-            "worker",
-            "--beat",
-            "--queues",
-            "default,ledger,fleet",
-            "--concurrency",
-            "1",
-            "--loglevel",
-            "INFO",
-            "--schedule",
-            str(LOG_DIR / "celerybeat-schedule"),
-        ]
-        return self._add(Service("celery", argv, self.env))
+        return self._add(Service("celery", celery_argv(LOG_DIR / "celerybeat-schedule"), self.env))
 
     def start_worker(self, *, model_name: str, node_token: str, version: str = "v1") -> Worker:
         port = free_port()

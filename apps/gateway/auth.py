@@ -1,14 +1,18 @@
-"""Authenticate `Authorization: Bearer sk-dmx-…` against the key cache."""
+"""Who may call: the bearer key, its client networks and, for signing keys, the signature."""
 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from apps.gateway.errors import GatewayErrorCode
+from apps.gateway.responses import header
+from apps.keys.errors import KeysErrorCode
 from apps.keys.keycache import KeyCache, KeyRecord
 from apps.keys.models import KEY_PREFIX
+from apps.keys.signing import signature_verify
 from dmxplatform import credentials
-from dmxplatform.errors import AuthenticationError
+from dmxplatform.errors import AuthenticationError, PermissionDeniedError
 
 
 def _refuse(message: str, code: GatewayErrorCode) -> AuthenticationError:
@@ -32,3 +36,24 @@ async def authenticate(keys: KeyCache, authorization: bytes | None) -> KeyRecord
     if record.expired(time.time()):
         raise _refuse("This API key has expired.", GatewayErrorCode.KEY_EXPIRED)
     return record
+
+
+def check_network(key: KeyRecord, address: str | None) -> None:
+    """Refuse a client outside the key's allowed networks (403, as OpenAI's IP allowlists do)."""
+    if not key.allows_address(address):
+        raise PermissionDeniedError(
+            f"This API key may not be used from {address or 'an unknown address'}.",
+            code=KeysErrorCode.NETWORK_NOT_ALLOWED,
+        )
+
+
+def check_signature(key: KeyRecord, scope: dict[str, Any], body: bytes) -> str | None:
+    """Verify a signing key's request; return the signature to remember against replays."""
+    if not key.signing_secret_encrypted:
+        return None
+    return signature_verify(
+        secret=key.signing_secret,
+        timestamp=header(scope, b"x-dmx-timestamp"),
+        signature=header(scope, b"x-dmx-signature"),
+        body=body,
+    )

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from django.conf import settings
+
 from apps.gateway.errors import GatewayErrorCode
 from apps.gateway.schemas import CompletionRequest, Endpoint
 from apps.models.catalog import ModelEntry
 from apps.models.tokenizers import ChatTemplateError
+from apps.routing.fleet import FleetView
 from dmxplatform.errors import InvalidRequestError
 
 
@@ -26,25 +29,37 @@ def prompt_tokens(model: ModelEntry, request: CompletionRequest) -> int | None:
     return max(counter.count_prompts(request.payload["prompt"]))
 
 
-def check_context(model: ModelEntry, request: CompletionRequest, tokens: int | None) -> None:
+def context_limit(model: ModelEntry, fleet: FleetView) -> int:
+    """The context a request may use now: the model's, or a fraction of it while the fleet
+    serving it is short of KV cache (long prompts would evict everyone else's)."""
+    pressure = fleet.kv_pressure(model.name)
+    if pressure is not None and pressure >= settings.DMX_CONTEXT_WATERMARK:
+        return max(1, int(model.max_context_tokens * settings.DMX_CONTEXT_PRESSURE_FACTOR))
+    return model.max_context_tokens
+
+
+def check_context(
+    model: ModelEntry, request: CompletionRequest, tokens: int | None, limit: int
+) -> None:
     """Raise 400 context_length_exceeded when prompt plus requested completion cannot fit."""
     if tokens is None:
         return
-    limit = model.max_context_tokens
     param = "messages" if request.endpoint is Endpoint.CHAT else "prompt"
+    maximum = f"This model's maximum context length is {limit} tokens"
+    if limit < model.max_context_tokens:
+        maximum += f" while it is under load (normally {model.max_context_tokens})"
     if request.max_tokens is not None and tokens + request.max_tokens > limit:
         raise InvalidRequestError(
-            f"This model's maximum context length is {limit} tokens. However, you requested "
-            f"{tokens + request.max_tokens} tokens ({tokens} in the {param}, "
-            f"{request.max_tokens} in the completion). Please reduce the length of the "
-            f"{param} or completion.",
+            f"{maximum}. However, you requested {tokens + request.max_tokens} tokens ({tokens} "
+            f"in the {param}, {request.max_tokens} in the completion). Please reduce the length "
+            f"of the {param} or completion.",
             param=param,
             code=GatewayErrorCode.CONTEXT_LENGTH_EXCEEDED,
         )
     if tokens >= limit:
         raise InvalidRequestError(
-            f"This model's maximum context length is {limit} tokens. However, your {param} "
-            f"resulted in {tokens} tokens. Please reduce the length of the {param}.",
+            f"{maximum}. However, your {param} resulted in {tokens} tokens. Please reduce the "
+            f"length of the {param}.",
             param=param,
             code=GatewayErrorCode.CONTEXT_LENGTH_EXCEEDED,
         )

@@ -15,6 +15,7 @@ class GatewayErrorCode(StrEnum):
     KEY_EXPIRED = "api_key_expired"
     MODEL_NOT_FOUND = "model_not_found"
     CONTEXT_LENGTH_EXCEEDED = "context_length_exceeded"
+    CONTENT_POLICY_VIOLATION = "content_policy_violation"
     NO_CAPACITY = "no_capacity"
     UPSTREAM_ERROR = "upstream_error"
     UPSTREAM_TIMEOUT = "upstream_timeout"

@@ -1,7 +1,8 @@
 """Per-process gateway state: connections, caches, and the tasks that keep them fresh.
 
 Started by the ASGI lifespan (or by the first request where a server sends none) and shared by
-every request of the process. Nothing here is per request: the request path reads memory and
+every request of the process: key cache, model catalog, fleet view, content filter, limiter, the
+pooled upstream client. Nothing here is per request: the request path reads memory and
 makes at most the Redis and upstream calls it must.
 """
 
@@ -16,8 +17,14 @@ from asgiref.sync import sync_to_async
 from django.conf import settings
 from redis.exceptions import RedisError
 
+from apps.gateway import intent
+from apps.gateway.clients import trusted_networks
+from apps.gateway.content_filter import ContentFilter
+from apps.gateway.selectors import content_filter_load
+from apps.gateway.services import CONTENT_FILTER_VERSION_KEY
 from apps.hardware.fleet import fleet_key
 from apps.keys.keycache import KeyCache, invalidation_channel
+from apps.keys.ratelimit import Limiter
 from apps.keys.selectors import key_record_load
 from apps.models.catalog import Catalog
 from apps.models.selectors import catalog_load
@@ -42,6 +49,10 @@ class GatewayRuntime:
             load=sync_to_async(key_record_load, thread_sensitive=False),
             ttl=settings.DMX_KEY_CACHE_TTL_SECONDS,
         )
+        self.limiter = Limiter(self.redis)
+        self.content_filter = ContentFilter(())
+        self.content_filter_version = -1
+        self.trusted_proxies = trusted_networks(tuple(settings.DMX_TRUSTED_PROXIES))
         self.http: aiohttp.ClientSession | None = None
         self._tasks: list[asyncio.Task] = []
 
@@ -62,6 +73,7 @@ class GatewayRuntime:
             auto_decompress=False,
             skip_auto_headers=("User-Agent",),
         )
+        await sync_to_async(intent.load, thread_sensitive=False)()
         await self.refresh()
         self._tasks = [
             asyncio.create_task(self._refresh_loop(), name="dmx-state-refresh"),
@@ -80,17 +92,25 @@ class GatewayRuntime:
         await self._listener.aclose()
 
     async def refresh(self) -> None:
-        """Reload node state; rebuild the catalog when its version moved."""
+        """Reload node state; rebuild the catalog and the content filter when their versions
+        moved (off the event loop: both read the database)."""
         pipe = self.redis.pipeline(transaction=False)
         pipe.hgetall(fleet_key())
         pipe.get(rkey(*CATALOG_VERSION_KEY))
-        nodes, version = await pipe.execute()
+        pipe.get(rkey(*CONTENT_FILTER_VERSION_KEY))
+        nodes, catalog_version, filter_version = await pipe.execute()
         self.fleet.replace(nodes)
-        version = int(version or 0)
-        if version != self.catalog.version:
+        catalog_version = int(catalog_version or 0)
+        if catalog_version != self.catalog.version:
             self.catalog = await sync_to_async(catalog_load, thread_sensitive=False)(
-                version=version, previous=self.catalog
+                version=catalog_version, previous=self.catalog
             )
+        filter_version = int(filter_version or 0)
+        if filter_version != self.content_filter_version:
+            self.content_filter = await sync_to_async(content_filter_load, thread_sensitive=False)(
+                version=filter_version
+            )
+            self.content_filter_version = filter_version
 
     async def _refresh_loop(self) -> None:
         while True:

@@ -32,15 +32,15 @@ _UPSTREAM_FAILURES = (aiohttp.ClientError, TimeoutError, OSError)
 
 
 def upstream_body(request: CompletionRequest, node: NodeSnapshot) -> bytes:
-    """Return the body for vLLM: the node's model name, and usage always reported on streams."""
-    payload = request.payload
-    if payload.get("model") != node.served_model_name or request.stream:
-        payload = dict(payload, model=node.served_model_name)
-        if request.stream:
-            payload["stream_options"] = {
-                **(payload.get("stream_options") or {}),
-                "include_usage": True,
-            }
+    """Return the body for vLLM: the node's model name; on streams, usage on every chunk
+    (vLLM's continuous usage stats), so a stream cut short is billed to the token."""
+    payload = dict(request.payload, model=node.served_model_name)
+    if request.stream:
+        payload["stream_options"] = {
+            **(payload.get("stream_options") or {}),
+            "include_usage": True,
+            "continuous_usage_stats": True,
+        }
     return orjson.dumps(payload)
 
 

@@ -2,7 +2,7 @@ from django.contrib import admin, messages
 from django.http import HttpRequest
 
 from apps.hardware.models import HardwareProfile, Node, NodeToken
-from apps.hardware.services import node_token_create
+from apps.hardware.services import node_token_create, node_token_update
 
 
 @admin.register(HardwareProfile)
@@ -25,8 +25,7 @@ class NodeTokenAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: NodeToken, form, change: bool) -> None:
         if change:
-            obj.full_clean()
-            obj.save()
+            node_token_update(token=obj)
             return
         token, plaintext = node_token_create(name=obj.name)
         obj.pk = token.pk

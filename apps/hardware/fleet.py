@@ -28,6 +28,7 @@ class NodeSnapshot:
     served_model_name: str
     max_model_len: int
     heartbeat_at: float
+    token_id: int = 0  # the NodeToken that registered it: heartbeats must come with the same
     num_requests_running: int = 0
     num_requests_waiting: int = 0
     kv_cache_usage: float = 0.0
@@ -49,6 +50,27 @@ class NodeSnapshot:
 
 def fleet_key() -> str:
     return rkey(*FLEET_KEY)
+
+
+def node_token_key(token_id: str) -> str:
+    return rkey("nodetoken", token_id)
+
+
+@dataclass(frozen=True, slots=True)
+class TokenRecord:
+    """A node token as authentication needs it; cached in Redis so heartbeats need no SQL."""
+
+    id: int
+    token_id: str
+    secret_hash: str
+    revoked: bool
+
+    def encode(self) -> bytes:
+        return orjson.dumps(asdict(self))
+
+    @classmethod
+    def decode(cls, raw: bytes) -> TokenRecord:
+        return cls(**orjson.loads(raw))
 
 
 def now() -> float:

@@ -1,16 +1,23 @@
-"""Writes for nodes: tokens, registration, heartbeats, staleness; each is mirrored to Redis."""
+"""Writes for nodes: tokens, registration, heartbeats, staleness.
+
+Live node state is Redis's (apps.hardware.fleet): gateways route on it and a heartbeat lands
+there first, so nodes stay routable while PostgreSQL is down. The Node rows are its durable
+mirror, written in the same call when the database answers and caught up by the next
+heartbeat when it does not.
+"""
 
 from __future__ import annotations
 
-from datetime import timedelta
+import dataclasses
+import logging
 
 from django.conf import settings
-from django.db import transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
 from apps.hardware.choices import NodeStatus
 from apps.hardware.errors import HardwareErrorCode
-from apps.hardware.fleet import NodeSnapshot, fleet_key
+from apps.hardware.fleet import NodeSnapshot, TokenRecord, fleet_key, node_token_key, now
 from apps.hardware.models import Node, NodeToken
 from apps.models.services import model_version_attach_tokenizer, model_version_find
 from dmxplatform import credentials
@@ -18,7 +25,24 @@ from dmxplatform.errors import AuthenticationError, NotFoundError
 from dmxplatform.redis_client import sync_redis
 from inference.wire import Heartbeat, Registration
 
+logger = logging.getLogger(__name__)
+
 NODE_TOKEN_PREFIX = "dmx-node-"
+
+
+def _token_record(token: NodeToken) -> TokenRecord:
+    return TokenRecord(
+        id=token.id,
+        token_id=token.token_id,
+        secret_hash=token.secret_hash,
+        revoked=token.revoked_at is not None,
+    )
+
+
+def node_token_publish(token: NodeToken) -> None:
+    """Mirror a token into Redis after commit (creation, revocation)."""
+    record = _token_record(token)
+    transaction.on_commit(lambda: sync_redis().set(node_token_key(token.token_id), record.encode()))
 
 
 def node_token_create(*, name: str) -> tuple[NodeToken, str]:
@@ -27,18 +51,40 @@ def node_token_create(*, name: str) -> tuple[NodeToken, str]:
     token = NodeToken(name=name, token_id=issued.credential_id, secret_hash=issued.secret_hash)
     token.full_clean()
     token.save()
+    node_token_publish(token)
     return token, issued.plaintext
 
 
-def node_token_authenticate(*, plaintext: str) -> NodeToken:
+def node_token_update(*, token: NodeToken) -> NodeToken:
+    token.full_clean()
+    token.save()
+    node_token_publish(token)
+    return token
+
+
+def _token_lookup(token_id: str) -> TokenRecord | None:
+    raw = sync_redis().get(node_token_key(token_id))
+    if raw is not None:
+        return TokenRecord.decode(raw)
+    token = NodeToken.objects.filter(token_id=token_id).first()
+    if token is None:
+        return None
+    record = _token_record(token)
+    sync_redis().set(node_token_key(token_id), record.encode())
+    return record
+
+
+def node_token_authenticate(*, plaintext: str) -> TokenRecord:
     """Return the live token a worker presented, or raise AuthenticationError."""
     parts = credentials.split(plaintext, NODE_TOKEN_PREFIX)
-    token = None
-    if parts:
-        token = NodeToken.objects.filter(token_id=parts[0], revoked_at__isnull=True).first()
-    if token is None or not credentials.secret_matches(parts[1], token.secret_hash):
+    record = _token_lookup(parts[0]) if parts else None
+    if (
+        record is None
+        or record.revoked
+        or not credentials.secret_matches(parts[1], record.secret_hash)
+    ):
         raise AuthenticationError("Invalid node token.", code=HardwareErrorCode.INVALID_NODE_TOKEN)
-    return token
+    return record
 
 
 def node_snapshot(node: Node) -> NodeSnapshot:
@@ -55,6 +101,7 @@ def node_snapshot(node: Node) -> NodeSnapshot:
         served_model_name=node.served_model_name,
         max_model_len=node.max_model_len,
         heartbeat_at=node.last_heartbeat_at.timestamp(),
+        token_id=node.token_id,
         num_requests_running=node.num_requests_running,
         num_requests_waiting=node.num_requests_waiting,
         kv_cache_usage=node.kv_cache_usage,
@@ -71,7 +118,7 @@ def fleet_publish(*nodes: Node) -> None:
 
 
 @transaction.atomic
-def node_register(*, token: NodeToken, registration: Registration) -> tuple[Node, bool]:
+def node_register(*, token: TokenRecord, registration: Registration) -> tuple[Node, bool]:
     """Create or refresh the node a worker announces; say whether its tokenizer is wanted."""
     version = model_version_find(model_name=registration.model, tag=registration.version)
     tokenizer_wanted = False
@@ -79,7 +126,7 @@ def node_register(*, token: NodeToken, registration: Registration) -> tuple[Node
         tokenizer_wanted = not model_version_attach_tokenizer(
             version=version, sha256=registration.tokenizer_sha256
         )
-    now = timezone.now()
+    moment = timezone.now()
     node, _ = Node.objects.select_for_update(of=("self",)).update_or_create(
         name=registration.name,
         defaults={
@@ -88,9 +135,9 @@ def node_register(*, token: NodeToken, registration: Registration) -> tuple[Node
             "model_version": version,
             "served_model_name": registration.served_model_name,
             "max_model_len": registration.max_model_len,
-            "token": token,
-            "registered_at": now,
-            "last_heartbeat_at": now,
+            "token_id": token.id,
+            "registered_at": moment,
+            "last_heartbeat_at": moment,
             "num_requests_running": 0,
             "num_requests_waiting": 0,
             "kv_cache_usage": 0.0,
@@ -102,53 +149,65 @@ def node_register(*, token: NodeToken, registration: Registration) -> tuple[Node
     return node, tokenizer_wanted
 
 
-@transaction.atomic
-def node_heartbeat_record(*, token: NodeToken, node_id: int, heartbeat: Heartbeat) -> Node:
-    """Store a heartbeat's load and status; a node only reports for itself."""
-    node = (
-        Node.objects.select_for_update(of=("self",))
-        .select_related("model_version__model", "profile")
-        .filter(id=node_id, token=token)
-        .first()
-    )
-    if node is None:
+def _snapshot_of(node_id: int) -> NodeSnapshot | None:
+    raw = sync_redis().hget(fleet_key(), str(node_id))
+    if raw is not None:
+        return NodeSnapshot.decode(raw)
+    node = Node.objects.select_related("model_version__model", "profile").filter(id=node_id).first()
+    return node_snapshot(node) if node else None
+
+
+def node_heartbeat_record(
+    *, token: TokenRecord, node_id: int, heartbeat: Heartbeat
+) -> NodeSnapshot:
+    """Store a heartbeat: in Redis at once, in the database when it answers."""
+    snapshot = _snapshot_of(node_id)
+    if snapshot is None or snapshot.token_id != token.id:
         raise NotFoundError(
             f"Node {node_id} is not registered with this token.",
             code=HardwareErrorCode.NODE_NOT_FOUND,
         )
     engine = heartbeat.engine
-    node.status = heartbeat.status
-    node.last_heartbeat_at = timezone.now()
-    node.num_requests_running = engine.num_requests_running
-    node.num_requests_waiting = engine.num_requests_waiting
-    node.kv_cache_usage = engine.kv_cache_usage
+    snapshot = dataclasses.replace(
+        snapshot,
+        status=heartbeat.status,
+        heartbeat_at=now(),
+        num_requests_running=engine.num_requests_running,
+        num_requests_waiting=engine.num_requests_waiting,
+        kv_cache_usage=engine.kv_cache_usage,
+        prefix_cache_queries=engine.prefix_cache_queries,
+        prefix_cache_hits=engine.prefix_cache_hits,
+    )
+    sync_redis().hset(fleet_key(), str(node_id), snapshot.encode())
+    fields = {
+        "status": snapshot.status,
+        "last_heartbeat_at": timezone.now(),
+        "num_requests_running": engine.num_requests_running,
+        "num_requests_waiting": engine.num_requests_waiting,
+        "kv_cache_usage": engine.kv_cache_usage,
+    }
     if heartbeat.resources:
-        node.resources = heartbeat.resources
-    node.save(
-        update_fields=[
-            "status",
-            "last_heartbeat_at",
-            "num_requests_running",
-            "num_requests_waiting",
-            "kv_cache_usage",
-            "resources",
-        ]
-    )
-    fleet_publish(node)
-    return node
+        fields["resources"] = heartbeat.resources
+    try:
+        Node.objects.filter(id=node_id).update(**fields)
+    except DatabaseError as exc:
+        logger.warning("heartbeat of node %s kept in Redis only: %s", node_id, exc)
+    return snapshot
 
 
-@transaction.atomic
 def nodes_mark_stale() -> int:
-    """Mark nodes down whose heartbeats stopped; return how many changed."""
-    cutoff = timezone.now() - timedelta(seconds=settings.DMX_NODE_STALE_SECONDS)
-    stale = list(
-        Node.objects.select_for_update(skip_locked=True, of=("self",))
-        .select_related("model_version__model", "profile")
-        .filter(status__in=[NodeStatus.UP, NodeStatus.DRAINING], last_heartbeat_at__lt=cutoff)
-    )
-    for node in stale:
-        node.status = NodeStatus.DOWN
-    Node.objects.bulk_update(stale, ["status"])
-    fleet_publish(*stale)
+    """Mark down the nodes whose heartbeats stopped; return how many changed.
+
+    Staleness is judged on the live state in Redis, where heartbeats land first.
+    """
+    client = sync_redis()
+    cutoff = now() - settings.DMX_NODE_STALE_SECONDS
+    stale = []
+    for raw in client.hgetall(fleet_key()).values():
+        snapshot = NodeSnapshot.decode(raw)
+        if snapshot.status != NodeStatus.DOWN and snapshot.heartbeat_at < cutoff:
+            stale.append(dataclasses.replace(snapshot, status=NodeStatus.DOWN))
+    if stale:
+        client.hset(fleet_key(), mapping={str(s.id): s.encode() for s in stale})
+        Node.objects.filter(id__in=[s.id for s in stale]).update(status=NodeStatus.DOWN)
     return len(stale)

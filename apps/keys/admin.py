@@ -2,46 +2,122 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from apps.keys.models import ApiKey, Tenant, UsageRecord
-from apps.keys.services import api_key_create, api_key_revoke, api_key_update
+from apps.keys.models import ApiKey, Plan, PlanQuota, Tenant, UsageDaily, UsageRecord
+from apps.keys.services import (
+    api_key_create,
+    api_key_revoke,
+    api_key_signing_enable,
+    api_key_update,
+    plan_publish,
+    tenant_keys_publish,
+)
+
+LIMIT_FIELDS = ["requests_per_minute", "tokens_per_minute", "max_concurrent_requests"]
+
+
+class PlanQuotaInline(admin.TabularInline):
+    model = PlanQuota
+    extra = 0
+
+
+@admin.register(Plan)
+class PlanAdmin(admin.ModelAdmin):
+    list_display = ["name", *LIMIT_FIELDS]
+    inlines = [PlanQuotaInline]
+
+    def save_related(self, request: HttpRequest, form, formsets, change: bool) -> None:
+        super().save_related(request, form, formsets, change)
+        # Quotas are saved with the inlines: publish once everything is in.
+        plan_publish(plan=form.instance)
 
 
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
-    list_display = ["name", "slug", "is_active", "created_at"]
+    list_display = ["name", "slug", "plan", "is_active", "created_at"]
+    list_filter = ["plan", "is_active"]
     search_fields = ["name", "slug"]
     prepopulated_fields = {"slug": ["name"]}
     filter_horizontal = ["members"]
 
+    def save_model(self, request: HttpRequest, obj: Tenant, form, change: bool) -> None:
+        obj.full_clean()
+        super().save_model(request, obj, form, change)
+        if change:
+            tenant_keys_publish(tenant_ids=[obj.id])
+
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
-    list_display = ["name", "display_prefix", "tenant", "expires_at", "revoked_at", "created_at"]
-    list_filter = ["tenant", ("revoked_at", admin.EmptyFieldListFilter)]
+    list_display = [
+        "name",
+        "display_prefix",
+        "tenant",
+        "priority",
+        "signing_required",
+        "expires_at",
+        "revoked_at",
+        "created_at",
+    ]
+    list_filter = [
+        "tenant",
+        "priority",
+        "signing_required",
+        ("revoked_at", admin.EmptyFieldListFilter),
+    ]
     search_fields = ["name", "key_id", "tenant__name"]
-    readonly_fields = ["display_prefix", "created_by", "revoked_at", "created_at"]
     actions = ["revoke"]
-
-    def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
-        fields = ["tenant", "name", "allowed_models", "expires_at"]
-        return fields if obj is None else ["display_prefix", *fields, *self.readonly_fields[1:]]
+    fieldsets = [
+        (
+            None,
+            {
+                "fields": [
+                    "display_prefix",
+                    "tenant",
+                    "name",
+                    "created_by",
+                    "created_at",
+                    "revoked_at",
+                ]
+            },
+        ),
+        (
+            "Access",
+            {
+                "fields": [
+                    "allowed_models",
+                    "allowed_networks",
+                    "expires_at",
+                    "priority",
+                    "signing_required",
+                ]
+            },
+        ),
+        (
+            "Limits (within the tenant's plan)",
+            {"fields": [*LIMIT_FIELDS, "token_quota", "token_quota_period"]},
+        ),
+    ]
 
     def get_readonly_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> list[str]:
-        return [*self.readonly_fields, "tenant"] if obj else []
+        shown = ["display_prefix", "created_by", "created_at", "revoked_at"]
+        # Signing is switched on through the service, which issues the secret; never off silently.
+        return [*shown, "tenant", "signing_required"] if obj else shown
 
     def save_model(self, request: HttpRequest, obj: ApiKey, form, change: bool) -> None:
         if change:
             api_key_update(key=obj)
             return
-        key, plaintext = api_key_create(
-            tenant=obj.tenant,
-            name=obj.name,
-            created_by=request.user,
-            allowed_models=obj.allowed_models,
-            expires_at=obj.expires_at,
-        )
+        fields = {
+            name: form.cleaned_data[name]
+            for name in form.cleaned_data
+            if name != "signing_required"
+        }
+        key, plaintext = api_key_create(created_by=request.user, **fields)
         obj.pk, obj.key_id = key.pk, key.key_id
         messages.warning(request, f"The key's secret, shown this once; copy it now: {plaintext}")
+        if form.cleaned_data.get("signing_required"):
+            signing = api_key_signing_enable(key=key)
+            messages.warning(request, f"The key's signing secret, shown this once: {signing}")
 
     @admin.action(description="Revoke selected keys")
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
@@ -53,24 +129,8 @@ class ApiKeyAdmin(admin.ModelAdmin):
         return False  # usage records refer to keys forever; revoke instead
 
 
-@admin.register(UsageRecord)
-class UsageRecordAdmin(admin.ModelAdmin):
-    list_display = [
-        "request_id",
-        "created_at",
-        "tenant",
-        "api_key",
-        "model",
-        "node",
-        "status",
-        "prompt_tokens",
-        "completion_tokens",
-        "duration_ms",
-    ]
-    list_filter = ["status", "model", "stream"]
-    search_fields = ["request_id"]
-    date_hierarchy = "created_at"
-    list_select_related = ["tenant", "api_key"]
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """The ledger is written by the platform only."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -80,3 +140,41 @@ class UsageRecordAdmin(admin.ModelAdmin):
 
     def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
         return False
+
+
+@admin.register(UsageRecord)
+class UsageRecordAdmin(ReadOnlyAdmin):
+    list_display = [
+        "request_id",
+        "created_at",
+        "tenant",
+        "api_key",
+        "model",
+        "intent",
+        "node",
+        "status",
+        "prompt_tokens",
+        "completion_tokens",
+        "duration_ms",
+    ]
+    list_filter = ["status", "model", "intent", "stream"]
+    search_fields = ["request_id"]
+    date_hierarchy = "created_at"
+    list_select_related = ["tenant", "api_key"]
+
+
+@admin.register(UsageDaily)
+class UsageDailyAdmin(ReadOnlyAdmin):
+    list_display = [
+        "day",
+        "tenant",
+        "api_key",
+        "model",
+        "requests",
+        "errors",
+        "prompt_tokens",
+        "completion_tokens",
+    ]
+    list_filter = ["model", "tenant"]
+    date_hierarchy = "day"
+    list_select_related = ["tenant", "api_key"]

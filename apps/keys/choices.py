@@ -5,4 +5,19 @@ class UsageStatus(models.TextChoices):
     OK = "ok", "Completed"
     CLIENT_DISCONNECTED = "client_disconnected", "Client disconnected"
     UPSTREAM_ERROR = "upstream_error", "Upstream error"
-    REJECTED = "rejected", "Rejected by the node"
+    REJECTED = "rejected", "Rejected"
+    CONTENT_FILTERED = "content_filtered", "Stopped by the content filter"
+
+
+class PriorityTier(models.IntegerChoices):
+    """Who goes first when a model is saturated; also passed to vLLM's priority scheduler."""
+
+    BATCH = 0, "Batch"
+    STANDARD = 1, "Standard"
+    PRIORITY = 2, "Priority"
+
+
+class QuotaPeriod(models.TextChoices):
+    HOUR = "hour", "Hour"
+    DAY = "day", "Day"
+    MONTH = "month", "Month"

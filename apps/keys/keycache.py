@@ -8,9 +8,11 @@ The TTL bounds staleness should an announcement be missed.
 
 from __future__ import annotations
 
+import ipaddress
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field, fields
+from functools import cached_property
 
 import orjson
 import redis.asyncio as aioredis
@@ -24,7 +26,28 @@ _MISSING = b"-"
 
 
 @dataclass(frozen=True, slots=True)
+class Quota:
+    """A token cap per calendar period, for the tenant or the key, all models or one."""
+
+    scope: str  # "tenant" or "key"
+    period: str  # QuotaPeriod value
+    model: str  # "" for all models
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-minute limits and concurrency; None is unlimited."""
+
+    requests_per_minute: int | None = None
+    tokens_per_minute: int | None = None
+    max_concurrent_requests: int | None = None
+
+
+@dataclass(frozen=True)
 class KeyRecord:
+    """Everything the gateway checks about a key, flattened so no other lookup is needed."""
+
     id: int
     key_id: str
     secret_hash: str
@@ -33,6 +56,12 @@ class KeyRecord:
     allowed_models: tuple[str, ...]
     expires_at: float | None
     revoked: bool
+    allowed_networks: tuple[str, ...] = ()
+    priority: int = 1
+    signing_secret_encrypted: str = ""
+    tenant_limits: Limits = field(default_factory=Limits)
+    key_limits: Limits = field(default_factory=Limits)
+    quotas: tuple[Quota, ...] = ()
 
     def allows(self, model: str) -> bool:
         return not self.allowed_models or model in self.allowed_models
@@ -40,13 +69,39 @@ class KeyRecord:
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at
 
+    # Derived once per cached record, not per request.
+    @cached_property
+    def networks(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+        return tuple(ipaddress.ip_network(n, strict=False) for n in self.allowed_networks)
+
+    @cached_property
+    def signing_secret(self) -> bytes | None:
+        from apps.keys.signing import signing_secret_decrypt
+
+        return signing_secret_decrypt(self.signing_secret_encrypted)
+
+    def allows_address(self, address: str | None) -> bool:
+        if not self.allowed_networks:
+            return True
+        if address is None:
+            return False
+        try:
+            ip = ipaddress.ip_address(address)
+        except ValueError:
+            return False
+        return any(ip in network for network in self.networks)
+
     def encode(self) -> bytes:
-        return orjson.dumps(asdict(self))
+        return orjson.dumps({f.name: getattr(self, f.name) for f in fields(self)})
 
     @classmethod
     def decode(cls, raw: bytes) -> KeyRecord:
         data = orjson.loads(raw)
         data["allowed_models"] = tuple(data["allowed_models"])
+        data["allowed_networks"] = tuple(data.get("allowed_networks", ()))
+        data["tenant_limits"] = Limits(**data.get("tenant_limits", {}))
+        data["key_limits"] = Limits(**data.get("key_limits", {}))
+        data["quotas"] = tuple(Quota(**q) for q in data.get("quotas", ()))
         return cls(**data)
 
 

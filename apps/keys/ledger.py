@@ -1,6 +1,7 @@
 """The usage buffer: a Redis stream between the gateway and PostgreSQL.
 
-The gateway appends one event per finished request (one XADD, no database on the hot path);
+The gateway appends one event per finished request (inside the settle script of
+apps.keys.ratelimit, so no database and no extra round trip on the hot path);
 `apps.keys.services.usage_flush` moves them into UsageRecord in batches and acknowledges them
 only after the rows are committed, so a crash anywhere between leaves them pending, never lost.
 Inserts are idempotent on request_id, so a batch retried after a partial failure is harmless.
@@ -11,7 +12,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 import orjson
-import redis.asyncio as aioredis
 
 from dmxplatform.redis_client import rkey
 
@@ -39,6 +39,10 @@ class UsageEvent:
     completion_tokens: int = 0
     duration_ms: float = 0.0
     time_to_first_token_ms: float | None = None
+    intent: str = ""
+    estimated_prompt_tokens: int | None = None
+    context_limit: int | None = None
+    content_flags: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
 
     def encode(self) -> bytes:
@@ -55,8 +59,3 @@ def stream_key() -> str:
 
 def dead_letter_key() -> str:
     return rkey(*DEAD_LETTER_STREAM)
-
-
-async def usage_append(redis: aioredis.Redis, event: UsageEvent) -> None:
-    """Buffer one usage event. Never trimmed: entries leave only when flushed."""
-    await redis.xadd(stream_key(), {FIELD: event.encode()})

@@ -3,11 +3,67 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.validators import MinValueValidator
 from django.db import models
 
-from apps.keys.choices import UsageStatus
+from apps.keys.choices import PriorityTier, QuotaPeriod, UsageStatus
+from apps.keys.validators import validate_networks
 
 KEY_PREFIX = "sk-dmx-"
+
+
+class RateLimits(models.Model):
+    """Per-minute limits and concurrency; empty means unlimited. Shared by plans and keys."""
+
+    requests_per_minute = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)]
+    )
+    tokens_per_minute = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Prompt plus completion tokens.",
+    )
+    max_concurrent_requests = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)]
+    )
+
+    class Meta:
+        abstract = True
+
+
+class Plan(RateLimits):
+    """What a tenant may use: rate limits for the tenant as a whole, and token quotas."""
+
+    name = models.CharField(max_length=64, unique=True)
+    description = models.CharField(max_length=255, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class PlanQuota(models.Model):
+    """A cap on tokens per calendar period (UTC), for all models or for one."""
+
+    plan = models.ForeignKey(Plan, on_delete=models.CASCADE, related_name="quotas")
+    period = models.CharField(max_length=8, choices=QuotaPeriod.choices)
+    model = models.CharField(max_length=128, blank=True, help_text="Empty: all models together.")
+    tokens = models.PositiveBigIntegerField(validators=[MinValueValidator(1)])
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["plan", "period", "model"], name="plan_quota_unique_period_model"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tokens} tokens per {self.period}" + (
+            f" of {self.model}" if self.model else ""
+        )
 
 
 class Tenant(models.Model):
@@ -15,6 +71,14 @@ class Tenant(models.Model):
 
     name = models.CharField(max_length=128)
     slug = models.SlugField(max_length=64, unique=True)
+    plan = models.ForeignKey(
+        Plan,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="tenants",
+        help_text="Empty: no tenant-wide limits.",
+    )
     members = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="tenants", blank=True)
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -26,8 +90,12 @@ class Tenant(models.Model):
         return self.name
 
 
-class ApiKey(models.Model):
-    """A developer's key. Only an HMAC of the secret is stored; the secret is shown once."""
+class ApiKey(RateLimits):
+    """A developer's key. Only an HMAC of the secret is stored; the secret is shown once.
+
+    The key's own limits apply on top of its tenant's plan: a key can be held tighter than its
+    plan, never looser, since both are checked.
+    """
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="api_keys")
     created_by = models.ForeignKey(
@@ -38,6 +106,28 @@ class ApiKey(models.Model):
     secret_hash = models.CharField(max_length=64, editable=False)
     allowed_models = models.JSONField(
         default=list, blank=True, help_text="Model names this key may use; empty means all."
+    )
+    allowed_networks = models.JSONField(
+        default=list,
+        blank=True,
+        validators=[validate_networks],
+        help_text='Client networks in CIDR form, e.g. ["10.0.0.0/8"]; empty means any.',
+    )
+    priority = models.PositiveSmallIntegerField(
+        choices=PriorityTier.choices, default=PriorityTier.STANDARD
+    )
+    signing_required = models.BooleanField(
+        default=False, help_text="Requests must carry X-DMX-Timestamp and X-DMX-Signature."
+    )
+    signing_secret_encrypted = models.TextField(blank=True, editable=False)
+    token_quota = models.PositiveBigIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="This key's own cap on tokens per period, within the plan's.",
+    )
+    token_quota_period = models.CharField(
+        max_length=8, choices=QuotaPeriod.choices, default=QuotaPeriod.MONTH
     )
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
@@ -67,6 +157,7 @@ class UsageRecord(models.Model):
     model = models.CharField(max_length=128)
     model_version = models.CharField(max_length=64, blank=True)
     node = models.CharField(max_length=128, blank=True)
+    intent = models.CharField(max_length=32, blank=True)
     stream = models.BooleanField(default=False)
     status = models.CharField(max_length=32, choices=UsageStatus.choices)
     http_status = models.PositiveSmallIntegerField()
@@ -75,6 +166,11 @@ class UsageRecord(models.Model):
     completion_tokens = models.PositiveIntegerField(default=0)
     duration_ms = models.FloatField(default=0.0)
     time_to_first_token_ms = models.FloatField(null=True, blank=True)
+    estimated_prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
+    context_limit = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Context tokens allowed when the request came in."
+    )
+    content_flags = models.JSONField(default=list, blank=True)
     timings = models.JSONField(default=dict, blank=True, help_text="Gateway stage timings, ms.")
 
     class Meta:
@@ -91,3 +187,27 @@ class UsageRecord(models.Model):
     @property
     def total_tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+
+class UsageDaily(models.Model):
+    """Usage per key, model and UTC day, kept in step with UsageRecord by the ledger flush."""
+
+    day = models.DateField()
+    api_key = models.ForeignKey(ApiKey, on_delete=models.PROTECT, related_name="usage_days")
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="usage_days")
+    model = models.CharField(max_length=128)
+    requests = models.PositiveIntegerField(default=0)
+    errors = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-day", "model"]
+        verbose_name_plural = "usage by day"
+        constraints = [
+            models.UniqueConstraint(fields=["day", "api_key", "model"], name="usage_daily_unique"),
+        ]
+        indexes = [models.Index(fields=["tenant", "day"], name="usage_daily_tenant_day_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.model}"

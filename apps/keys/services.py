@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
 
 from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.db.models import F
 from django.utils import timezone
 from redis.exceptions import ResponseError
 
 from apps.keys import ledger
+from apps.keys.choices import UsageStatus
 from apps.keys.keycache import invalidation_channel, invalidation_message, record_key
-from apps.keys.models import KEY_PREFIX, ApiKey, Tenant, UsageRecord
+from apps.keys.models import KEY_PREFIX, ApiKey, Plan, Tenant, UsageDaily, UsageRecord
 from apps.keys.selectors import key_record_from_row
+from apps.keys.signing import signing_secret_issue
 from dmxplatform import credentials
 from dmxplatform.redis_client import rkey, sync_redis
 
@@ -24,6 +28,8 @@ USAGE_FLUSH_BATCH = 500
 USAGE_FLUSH_MAX_ROUNDS = 20
 # Longer than the slowest flush; a flusher that died frees the lock after this.
 USAGE_FLUSH_LOCK_SECONDS = 120
+# Rows deleted per statement when pruning: small enough not to hold long locks.
+USAGE_PRUNE_BATCH = 10_000
 
 
 def tenant_create(*, name: str, slug: str) -> Tenant:
@@ -53,9 +59,15 @@ def api_key_create(
     name: str,
     created_by=None,
     allowed_models: list[str] | None = None,
+    allowed_networks: list[str] | None = None,
     expires_at: datetime | None = None,
+    **limits,
 ) -> tuple[ApiKey, str]:
-    """Create a key; return it and its plaintext, which is never stored nor shown again."""
+    """Create a key; return it and its plaintext, which is never stored nor shown again.
+
+    `limits`: priority, requests_per_minute, tokens_per_minute, max_concurrent_requests,
+    token_quota, token_quota_period (see ApiKey).
+    """
     issued = credentials.issue(KEY_PREFIX)
     key = ApiKey(
         tenant=tenant,
@@ -64,7 +76,9 @@ def api_key_create(
         key_id=issued.credential_id,
         secret_hash=issued.secret_hash,
         allowed_models=list(allowed_models or []),
+        allowed_networks=list(allowed_networks or []),
         expires_at=expires_at,
+        **limits,
     )
     key.full_clean()
     key.save()
@@ -78,6 +92,33 @@ def api_key_update(*, key: ApiKey) -> ApiKey:
     key.save()
     api_key_publish(key)
     return key
+
+
+def api_key_signing_enable(*, key: ApiKey) -> str:
+    """Require signed requests from a key; return its new signing secret, shown once."""
+    secret, encrypted = signing_secret_issue()
+    key.signing_required = True
+    key.signing_secret_encrypted = encrypted
+    key.save(update_fields=["signing_required", "signing_secret_encrypted"])
+    api_key_publish(key)
+    return secret
+
+
+def tenant_keys_publish(*, tenant_ids: list[int]) -> int:
+    """Push the keys of tenants whose plan or status changed; return how many."""
+    keys = list(
+        ApiKey.objects.filter(tenant_id__in=tenant_ids)
+        .select_related("tenant__plan")
+        .prefetch_related("tenant__plan__quotas")
+    )
+    for key in keys:
+        api_key_publish(key)
+    return len(keys)
+
+
+def plan_publish(*, plan: Plan) -> int:
+    """Push a changed plan to every gateway through its tenants' keys."""
+    return tenant_keys_publish(tenant_ids=list(plan.tenants.values_list("id", flat=True)))
 
 
 def api_key_revoke(*, key: ApiKey) -> ApiKey:
@@ -99,6 +140,7 @@ def _usage_row(event: ledger.UsageEvent) -> UsageRecord:
         model=event.model,
         model_version=event.model_version,
         node=event.node,
+        intent=event.intent,
         stream=event.stream,
         status=event.status,
         http_status=event.http_status,
@@ -107,30 +149,93 @@ def _usage_row(event: ledger.UsageEvent) -> UsageRecord:
         completion_tokens=event.completion_tokens,
         duration_ms=event.duration_ms,
         time_to_first_token_ms=event.time_to_first_token_ms,
+        estimated_prompt_tokens=event.estimated_prompt_tokens,
+        context_limit=event.context_limit,
+        content_flags=event.content_flags,
         timings=event.timings,
     )
 
 
+def _usage_rollup(rows: list[UsageRecord]) -> None:
+    """Add rows to their (day, key, model) totals; runs in the rows' own transaction."""
+    totals: dict[tuple, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    for row in rows:
+        total = totals[(row.created_at.date(), row.api_key_id, row.tenant_id, row.model)]
+        total[0] += 1
+        total[1] += row.status != UsageStatus.OK
+        total[2] += row.prompt_tokens
+        total[3] += row.completion_tokens
+    for (day, key_id, tenant_id, model), (requests, errors, prompt, completion) in totals.items():
+        updated = UsageDaily.objects.filter(day=day, api_key_id=key_id, model=model).update(
+            requests=F("requests") + requests,
+            errors=F("errors") + errors,
+            prompt_tokens=F("prompt_tokens") + prompt,
+            completion_tokens=F("completion_tokens") + completion,
+        )
+        if not updated:
+            UsageDaily.objects.create(
+                day=day,
+                api_key_id=key_id,
+                tenant_id=tenant_id,
+                model=model,
+                requests=requests,
+                errors=errors,
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+            )
+
+
+def _usage_store(rows: list[UsageRecord]) -> None:
+    with transaction.atomic():
+        _check_constraints_now()
+        UsageRecord.objects.bulk_create(rows)
+        _usage_rollup(rows)
+
+
 def _usage_insert(entries: list[tuple[bytes, ledger.UsageEvent]]) -> list[bytes]:
-    """Insert events; return the ids of entries that can never be inserted (bad references)."""
-    rows = [_usage_row(event) for _, event in entries]
+    """Store events not stored before, with their daily totals; return the ids of entries
+    that can never be stored (they refer to something deleted).
+
+    Only one flush runs at a time (the lock in usage_flush), so "not stored before" read here
+    still holds when the rows are written, and a redelivered event is neither stored nor
+    counted twice.
+    """
+    fresh: dict[str, tuple[bytes, UsageRecord]] = {}
+    for entry_id, event in entries:
+        fresh.setdefault(event.request_id, (entry_id, _usage_row(event)))
+    stored = UsageRecord.objects.filter(request_id__in=list(fresh)).values_list(
+        "request_id", flat=True
+    )
+    for request_id in stored:
+        del fresh[request_id]
     try:
-        with transaction.atomic():
-            _check_constraints_now()
-            UsageRecord.objects.bulk_create(rows, ignore_conflicts=True)
+        _usage_store([row for _, row in fresh.values()])
         return []
     except IntegrityError:
         pass
     # One row refers to something gone (a deleted key); keep every other row.
     rejected = []
-    for (entry_id, _), row in zip(entries, rows, strict=True):
+    for entry_id, row in fresh.values():
         try:
-            with transaction.atomic():
-                _check_constraints_now()
-                UsageRecord.objects.bulk_create([row], ignore_conflicts=True)
+            _usage_store([row])
         except IntegrityError:
             rejected.append(entry_id)
     return rejected
+
+
+def usage_prune(*, older_than_days: int, batch_size: int = USAGE_PRUNE_BATCH) -> int:
+    """Delete raw usage records past retention, in batches; daily totals are kept."""
+    cutoff = timezone.now() - timedelta(days=older_than_days)
+    deleted = 0
+    while True:
+        ids = list(
+            UsageRecord.objects.filter(created_at__lt=cutoff).values_list("id", flat=True)[
+                :batch_size
+            ]
+        )
+        if not ids:
+            return deleted
+        deleted += UsageRecord.objects.filter(id__in=ids).delete()[0]
 
 
 def _check_constraints_now() -> None:

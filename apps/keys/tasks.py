@@ -1,6 +1,7 @@
 from celery import shared_task
+from django.conf import settings
 
-from apps.keys.services import usage_flush
+from apps.keys.services import usage_flush, usage_prune
 from dmxplatform.celery import Queue
 
 
@@ -8,3 +9,8 @@ from dmxplatform.celery import Queue
 @shared_task(queue=Queue.LEDGER, time_limit=60, soft_time_limit=50, expires=30, ignore_result=True)
 def usage_flush_task() -> int:
     return usage_flush()
+
+
+@shared_task(queue=Queue.DEFAULT, time_limit=3600, soft_time_limit=3500, ignore_result=True)
+def usage_prune_task() -> int:
+    return usage_prune(older_than_days=settings.DMX_USAGE_RETENTION_DAYS)

@@ -43,3 +43,10 @@ class FleetView:
             for model, nodes in self._by_model.items()
             if any(n.is_live(now=t, stale_after=self._stale_after) for n in nodes)
         }
+
+    def kv_pressure(self, model: str) -> float | None:
+        """Mean KV-cache use of the live nodes serving `model`, or None when none is live."""
+        nodes = self.live_nodes(model)
+        if not nodes:
+            return None
+        return sum(node.kv_cache_usage for node in nodes) / len(nodes)

@@ -1,6 +1,8 @@
 """Celery: broker, queues and the beat schedule."""
 
-from dmxplatform.env import env_float, env_str
+from celery.schedules import crontab
+
+from dmxplatform.env import env_float, env_int, env_str
 from dmxplatform.settings.redis import REDIS_URL
 
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
@@ -16,7 +18,14 @@ DMX_USAGE_FLUSH_SECONDS = env_float("DMX_USAGE_FLUSH_SECONDS", 2.0, minimum=0.2)
 # How often nodes without fresh heartbeats are marked down, in seconds.
 DMX_NODE_STALE_CHECK_SECONDS = env_float("DMX_NODE_STALE_CHECK_SECONDS", 2.0, minimum=0.5)
 
+# Raw usage records older than this are deleted nightly; daily totals are kept.
+DMX_USAGE_RETENTION_DAYS = env_int("DMX_USAGE_RETENTION_DAYS", 90, minimum=1)
+
 CELERY_BEAT_SCHEDULE = {
+    "usage-prune": {
+        "task": "apps.keys.tasks.usage_prune_task",
+        "schedule": crontab(hour=3, minute=30),
+    },
     "usage-flush": {
         "task": "apps.keys.tasks.usage_flush_task",
         "schedule": DMX_USAGE_FLUSH_SECONDS,

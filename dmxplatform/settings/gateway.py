@@ -1,6 +1,6 @@
 """The OpenAI-compatible gateway: keys, upstream timeouts, in-process state refresh."""
 
-from dmxplatform.env import env_float, env_int, env_str
+from dmxplatform.env import env_float, env_int, env_list, env_str
 
 # HMAC key for API-key secrets: the database holds HMAC(pepper, secret), never the secret.
 DMX_KEY_PEPPER = env_str("DMX_KEY_PEPPER", "dev-pepper-change-me")
@@ -20,3 +20,13 @@ DMX_UPSTREAM_POOL_PER_NODE = env_int("DMX_UPSTREAM_POOL_PER_NODE", 256, minimum=
 DMX_REDIS_TIMEOUT = env_float("DMX_REDIS_TIMEOUT", 1.0, minimum=0.05)
 # Retry-After sent with 503 when no node can serve, seconds.
 DMX_RETRY_AFTER_SECONDS = env_int("DMX_RETRY_AFTER_SECONDS", 2, minimum=1)
+
+# Completion tokens reserved against limits when a request sets no max_tokens; settling
+# corrects the reservation to what was really generated.
+DMX_DEFAULT_COMPLETION_RESERVE = env_int("DMX_DEFAULT_COMPLETION_RESERVE", 256, minimum=1)
+# When the nodes serving a model use more than this fraction of their KV cache on average,
+# prompts are held to DMX_CONTEXT_PRESSURE_FACTOR of the model's context.
+DMX_CONTEXT_WATERMARK = env_float("DMX_CONTEXT_WATERMARK", 0.9, minimum=0.0)
+DMX_CONTEXT_PRESSURE_FACTOR = env_float("DMX_CONTEXT_PRESSURE_FACTOR", 0.5, minimum=0.01)
+# Proxies whose X-Forwarded-For is believed when checking a key's allowed networks (CIDRs).
+DMX_TRUSTED_PROXIES = env_list("DMX_TRUSTED_PROXIES", [])

@@ -15,12 +15,8 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def _private_redis_keys(settings):
-    settings.DMX_REDIS_PREFIX = "dmxtest-unit-nodes"
-    yield
-    client = sync_redis()
-    for key in client.scan_iter("dmxtest-unit-nodes:*"):
-        client.delete(key)
+def _own_redis_keys(private_redis):
+    """These tests' Redis keys are their own (tests/conftest.py)."""
 
 
 @pytest.fixture

@@ -1,11 +1,13 @@
-from datetime import timedelta
+import dataclasses
 
 import pytest
-from django.utils import timezone
 
 from apps.hardware.choices import NodeStatus
+from apps.hardware.fleet import NodeSnapshot, fleet_key
 from apps.hardware.models import Node
-from apps.hardware.services import node_register, nodes_mark_stale
+from apps.hardware.services import node_register, node_token_authenticate, nodes_mark_stale
+from dmxplatform.errors import AuthenticationError
+from dmxplatform.redis_client import sync_redis
 from inference.wire import Registration
 from tests.hardware.factories import make_node_token
 from tests.models.factories import make_model
@@ -13,9 +15,14 @@ from tests.models.factories import make_model
 pytestmark = pytest.mark.django_db
 
 
-def register(name: str) -> Node:
+@pytest.fixture(autouse=True)
+def _own_redis_keys(private_redis):
+    """These tests' Redis keys are their own (tests/conftest.py)."""
+
+
+def register(name: str, capture) -> Node:
     make_model("unit-stale")
-    token, _ = make_node_token()
+    _, plaintext = make_node_token()
     registration = Registration(
         name=name,
         url="http://127.0.0.1:1",
@@ -24,17 +31,41 @@ def register(name: str) -> Node:
         served_model_name="unit-stale",
         max_model_len=128,
     )
-    return node_register(token=token, registration=registration)[0]
+    with capture(execute=True):
+        return node_register(
+            token=node_token_authenticate(plaintext=plaintext), registration=registration
+        )[0]
 
 
-def test_silent_nodes_are_marked_down_and_fresh_ones_left_alone(settings):
-    settings.DMX_REDIS_PREFIX = "dmxtest-unit-stale"
-    silent, fresh = register("unit-silent"), register("unit-fresh")
-    Node.objects.filter(id=silent.id).update(
-        last_heartbeat_at=timezone.now() - timedelta(seconds=settings.DMX_NODE_STALE_SECONDS + 1)
+def test_silent_nodes_are_marked_down_in_redis_and_the_database(
+    settings, django_capture_on_commit_callbacks
+):
+    silent = register("unit-silent", django_capture_on_commit_callbacks)
+    fresh = register("unit-fresh", django_capture_on_commit_callbacks)
+    client = sync_redis()
+    old = NodeSnapshot.decode(client.hget(fleet_key(), str(silent.id)))
+    aged = dataclasses.replace(
+        old, heartbeat_at=old.heartbeat_at - settings.DMX_NODE_STALE_SECONDS - 1
     )
-    assert nodes_mark_stale() >= 1
+    client.hset(fleet_key(), str(silent.id), aged.encode())
+
+    assert nodes_mark_stale() == 1
+
     silent.refresh_from_db()
     fresh.refresh_from_db()
-    assert silent.status == NodeStatus.DOWN
-    assert fresh.status == NodeStatus.UP
+    assert (silent.status, fresh.status) == (NodeStatus.DOWN, NodeStatus.UP)
+    assert NodeSnapshot.decode(client.hget(fleet_key(), str(silent.id))).status == NodeStatus.DOWN
+    assert NodeSnapshot.decode(client.hget(fleet_key(), str(fresh.id))).status == NodeStatus.UP
+    assert nodes_mark_stale() == 0  # already down: nothing to do
+
+
+def test_node_tokens_authenticate_from_redis_without_the_database(
+    django_capture_on_commit_callbacks,
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        token, plaintext = make_node_token()
+    token_pk = token.pk
+    token.delete()  # gone from the database; Redis still vouches for it
+    assert node_token_authenticate(plaintext=plaintext).id == token_pk
+    with pytest.raises(AuthenticationError):
+        node_token_authenticate(plaintext=plaintext[:-1] + ("x" if plaintext[-1] != "x" else "y"))

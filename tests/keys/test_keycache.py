@@ -1,46 +1,21 @@
 """The gateway's key cache: memory, then Redis, then the database loader; push invalidation."""
 
 import asyncio
-import uuid
 
 import pytest
 
 from apps.keys.keycache import KeyCache, KeyRecord, record_key
-from dmxplatform.redis_client import async_redis, sync_redis
+from dmxplatform.redis_client import sync_redis
+from tests.keys.factories import make_key_record, run_with_redis
 
 
 @pytest.fixture(autouse=True)
-def _private_keys(settings):
-    settings.DMX_REDIS_PREFIX = f"dmxtest-keycache-{uuid.uuid4().hex[:8]}"
-    yield
-    for key in sync_redis().scan_iter(f"{settings.DMX_REDIS_PREFIX}:*"):
-        sync_redis().delete(key)
+def _own_redis_keys(private_redis):
+    """These tests' Redis keys are their own (tests/conftest.py)."""
 
 
-def record(key_id: str = "abcdefgh", **overrides) -> KeyRecord:
-    fields = dict(
-        id=1,
-        key_id=key_id,
-        secret_hash="h",
-        tenant_id=1,
-        name="k",
-        allowed_models=(),
-        expires_at=None,
-        revoked=False,
-    )
-    fields.update(overrides)
-    return KeyRecord(**fields)
-
-
-def run(scenario):
-    async def main():
-        redis = async_redis()
-        try:
-            return await scenario(redis)
-        finally:
-            await redis.aclose()
-
-    return asyncio.run(main())
+record = make_key_record
+run = run_with_redis
 
 
 def test_miss_loads_once_writes_through_and_serves_from_memory():

@@ -16,13 +16,8 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture(autouse=True)
-def _private_stream(settings):
-    """Keep these tests' stream apart from the one the e2e gateway and Celery share."""
-    settings.DMX_REDIS_PREFIX = f"dmxtest-ledger-{uuid.uuid4().hex[:8]}"
-    yield
-    client = sync_redis()
-    for key in client.scan_iter(f"{settings.DMX_REDIS_PREFIX}:*"):
-        client.delete(key)
+def _own_redis_keys(private_redis):
+    """These tests' Redis keys are their own (tests/conftest.py)."""
 
 
 def event(key, **overrides) -> ledger.UsageEvent:

@@ -62,8 +62,8 @@ class NodeRegisterView(NodeApiView):
 class NodeHeartbeatView(NodeApiView):
     def post(self, request: Request, node_id: int) -> Response:
         heartbeat = self.parse(Heartbeat, request)
-        node = node_heartbeat_record(token=request.auth, node_id=node_id, heartbeat=heartbeat)
-        return Response({"node_id": node.id, "status": node.status})
+        snapshot = node_heartbeat_record(token=request.auth, node_id=node_id, heartbeat=heartbeat)
+        return Response({"node_id": snapshot.id, "status": snapshot.status})
 
 
 class TokenizerUploadView(NodeApiView):

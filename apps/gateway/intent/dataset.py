@@ -1,0 +1,48 @@
+"""The intent data set on disk: JSON lines of {"text", "label", "lang"}, plus "family" if templated.
+
+train.jsonl and heldout.jsonl are written by generate.py and split by phrasing family;
+natural.jsonl is written by hand, the way users type, and never used for training.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from apps.gateway.intent.labels import LABELS
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+TRAIN_FILE = "train.jsonl"
+HELDOUT_FILE = "heldout.jsonl"
+NATURAL_FILE = "natural.jsonl"
+LANGS = ("en", "zh", "mixed")
+
+
+@dataclass(frozen=True, slots=True)
+class Example:
+    text: str
+    label: str
+    lang: str
+    family: str = ""  # the phrasing family of a templated prompt; empty for hand-written ones
+
+    def as_row(self) -> dict[str, str]:
+        row = {"text": self.text, "label": self.label, "lang": self.lang}
+        if self.family:
+            row["family"] = self.family
+        return row
+
+
+def load_examples(name: str, directory: Path = DATA_DIR) -> list[Example]:
+    """Read one data file; fail on a label or language the classifier does not know."""
+    examples = []
+    with (directory / name).open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            row = json.loads(line)
+            example = Example(row["text"], row["label"], row["lang"], row.get("family", ""))
+            if example.label not in LABELS or example.lang not in LANGS:
+                raise ValueError(f"{name}:{number}: unknown label or lang in {row}")
+            examples.append(example)
+    return examples

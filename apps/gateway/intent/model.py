@@ -1,0 +1,117 @@
+"""The intent model: a linear softmax classifier over hashed features, and its .npz artifact."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from apps.gateway.intent import features
+from apps.gateway.intent.features import BUCKETS
+from apps.gateway.intent.labels import LABELS, Intent
+
+# Bump when the artifact's layout or the feature extraction changes meaning: an artifact written
+# for other features would load without error and classify nonsense.
+ARTIFACT_VERSION = 1
+ARTIFACT_PATH = Path(__file__).resolve().parent / "artifacts" / "intent.npz"
+
+
+class ArtifactError(Exception):
+    """The artifact is missing, or was written for other labels or other features."""
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    label: Intent
+    confidence: float  # the softmax probability of the label
+
+
+@dataclass(frozen=True, slots=True)
+class Provenance:
+    seed: int
+    epochs: int
+    examples: int
+    data_sha256: str
+
+
+def _feature_config() -> dict[str, int]:
+    return {
+        "bucket_bits": features.BUCKET_BITS,
+        "head_chars": features.HEAD_CHARS,
+        "tail_chars": features.TAIL_CHARS,
+        "char_ngram_max": features.CHAR_NGRAM_MAX,
+    }
+
+
+@dataclass(slots=True)
+class IntentModel:
+    weights: np.ndarray  # (BUCKETS, len(LABELS)) float32, one row per feature bucket
+    bias: np.ndarray  # (len(LABELS),) float32
+    provenance: Provenance
+    labels: tuple[Intent, ...] = field(default=tuple(Intent(label) for label in LABELS))
+
+    def logits(self, text: str) -> np.ndarray:
+        ids, values = features.features(text)
+        # One fancy index gathers the rows of the few thousand features present.
+        return values @ self.weights[ids] + self.bias
+
+    def probabilities(self, text: str) -> np.ndarray:
+        logits = self.logits(text)
+        exp = np.exp(logits - logits.max())
+        return exp / exp.sum()
+
+    def classify(self, text: str) -> Prediction:
+        probabilities = self.probabilities(text)
+        best = int(probabilities.argmax())
+        return Prediction(self.labels[best], float(probabilities[best]))
+
+    def save(self, path: Path = ARTIFACT_PATH) -> None:
+        """Write the artifact; float16 weights halve its size and move no prediction we saw."""
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("wb") as out:
+            np.savez_compressed(
+                out,
+                version=np.int32(ARTIFACT_VERSION),
+                labels=np.array([str(label) for label in self.labels]),
+                weights=self.weights.astype(np.float16),
+                bias=self.bias.astype(np.float32),
+                seed=np.int64(self.provenance.seed),
+                epochs=np.int32(self.provenance.epochs),
+                examples=np.int32(self.provenance.examples),
+                data_sha256=np.array(self.provenance.data_sha256),
+                **{key: np.int32(value) for key, value in _feature_config().items()},
+            )
+
+    @classmethod
+    def load(cls, path: Path = ARTIFACT_PATH) -> IntentModel:
+        """Read an artifact; refuse one written for other labels, features or layout."""
+        try:
+            archive = np.load(path, allow_pickle=False)
+        except FileNotFoundError as exc:
+            raise ArtifactError(f"no intent model at {path}; run manage.py intent_train") from exc
+        with archive:
+            if int(archive["version"]) != ARTIFACT_VERSION:
+                raise ArtifactError(
+                    f"{path}: version {int(archive['version'])}, expected "
+                    f"{ARTIFACT_VERSION}; retrain with manage.py intent_train"
+                )
+            labels = tuple(str(label) for label in archive["labels"])
+            if labels != LABELS:
+                raise ArtifactError(f"{path}: labels {labels}, expected {LABELS}")
+            config = {key: int(archive[key]) for key in _feature_config()}
+            if config != _feature_config():
+                raise ArtifactError(f"{path}: features {config}, expected {_feature_config()}")
+            weights = archive["weights"].astype(np.float32)
+            if weights.shape != (BUCKETS, len(LABELS)):
+                raise ArtifactError(f"{path}: weights of shape {weights.shape}")
+            return cls(
+                weights=weights,
+                bias=archive["bias"].astype(np.float32),
+                provenance=Provenance(
+                    seed=int(archive["seed"]),
+                    epochs=int(archive["epochs"]),
+                    examples=int(archive["examples"]),
+                    data_sha256=str(archive["data_sha256"]),
+                ),
+            )

@@ -1,0 +1,49 @@
+"""Report the shipped intent model's accuracy on the held-out split and the hand-written set."""
+
+import json
+
+from django.core.management.base import BaseCommand
+
+from apps.gateway.intent.dataset import HELDOUT_FILE, NATURAL_FILE, load_examples
+from apps.gateway.intent.evaluate import evaluate, render
+from apps.gateway.intent.model import ARTIFACT_PATH, IntentModel
+from apps.gateway.intent.train import data_digest
+
+
+class Command(BaseCommand):
+    help = __doc__
+
+    def add_arguments(self, parser) -> None:
+        parser.add_argument("--json", action="store_true", help="print JSON instead of tables")
+
+    def handle(self, *args, **options) -> None:
+        model = IntentModel.load(ARTIFACT_PATH)
+        provenance = model.provenance
+        stale = provenance.data_sha256 != data_digest()
+        heldout = evaluate(model, load_examples(HELDOUT_FILE))
+        natural = evaluate(model, load_examples(NATURAL_FILE))
+        if options["json"]:
+            report = {
+                "artifact": {
+                    "path": str(ARTIFACT_PATH),
+                    "seed": provenance.seed,
+                    "epochs": provenance.epochs,
+                    "trained_on": provenance.examples,
+                    "stale": stale,
+                },
+                "heldout": heldout.as_dict(),
+                "natural": natural.as_dict(),
+            }
+            self.stdout.write(json.dumps(report, indent=2))
+            return
+        self.stdout.write(
+            f"# Intent model: {ARTIFACT_PATH.name}, seed {provenance.seed}, "
+            f"{provenance.epochs} epochs, trained on {provenance.examples} prompts\n"
+        )
+        if stale:
+            self.stdout.write(
+                "WARNING: the training data changed since this artifact was trained; "
+                "run manage.py intent_train.\n"
+            )
+        self.stdout.write(render(heldout, "Held-out split (phrasing families never trained on)"))
+        self.stdout.write("\n\n" + render(natural, "Natural set (hand-written, never trained on)"))

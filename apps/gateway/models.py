@@ -1,0 +1,63 @@
+"""The sensitive terms the gateway's content filter blocks, masks or flags."""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+from django.db import models
+from django.db.models.functions import Lower
+
+from apps.gateway.choices import SensitiveTermAction
+from apps.gateway.content_filter import DEFAULT_CATEGORY, normalise
+
+# A word or a short phrase. A streamed completion is held back while its tail could still be
+# the beginning of a term, so a long "term" would delay every completion that starts like it.
+TERM_MAX_LENGTH = 100
+
+
+def validate_term(value: str) -> None:
+    """Refuse a term with nothing to match: separators and symbols are ignored when matching."""
+    if not normalise(value):
+        raise ValidationError(
+            "A term needs at least one letter, digit or ideograph; spaces, punctuation and "
+            "symbols are ignored when matching.",
+            code="empty_term",
+        )
+
+
+class SensitiveTerm(models.Model):
+    """A word or phrase the content filter looks for in prompts and completions."""
+
+    term = models.CharField(
+        max_length=TERM_MAX_LENGTH,
+        validators=[validate_term],
+        help_text=(
+            "Matched ignoring case, full-width forms, accents, spaces, punctuation and symbols; "
+            "a term of Latin letters and digits only matches whole words."
+        ),
+    )
+    category = models.CharField(
+        max_length=64, default=DEFAULT_CATEGORY, help_text="A label for reports: abuse, pii, …"
+    )
+    action = models.CharField(
+        max_length=8, choices=SensitiveTermAction.choices, default=SensitiveTermAction.BLOCK
+    )
+    is_active = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["category", "term"]
+        constraints = [
+            models.UniqueConstraint(
+                Lower("term"),
+                name="sensitive_term_unique_term",
+                violation_error_message="This term exists already (terms ignore case).",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(action__in=SensitiveTermAction.values),
+                name="sensitive_term_action_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.term

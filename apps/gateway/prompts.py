@@ -1,0 +1,69 @@
+"""The prompt's text: screened by the content filter, classified for intent."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from apps.gateway.content_filter import ContentFilter, FilterAction
+from apps.gateway.errors import GatewayErrorCode
+from apps.gateway.schemas import CompletionRequest, Endpoint
+from apps.models.tokenizers import message_text
+from dmxplatform.errors import InvalidRequestError
+
+
+def intent_text(request: CompletionRequest) -> str:
+    """The text that says what the user wants: the last user message, or the prompt."""
+    if request.endpoint is Endpoint.CHAT:
+        for message in reversed(request.payload["messages"]):
+            if message.get("role") == "user":
+                return message_text(message.get("content"))
+        return message_text(request.payload["messages"][-1].get("content"))
+    prompt = request.payload["prompt"]
+    if isinstance(prompt, str):
+        return prompt
+    return prompt[0] if prompt and isinstance(prompt[0], str) else ""
+
+
+def _texts(request: CompletionRequest) -> list[tuple[dict[str, Any] | list, Any, str]]:
+    """Every (container, slot, text) of the prompt, so masked text can be written back."""
+    found = []
+    if request.endpoint is Endpoint.CHAT:
+        for message in request.payload["messages"]:
+            content = message.get("content")
+            if isinstance(content, str):
+                found.append((message, "content", content))
+            elif isinstance(content, list):
+                for part in content:
+                    if isinstance(part, dict) and isinstance(part.get("text"), str):
+                        found.append((part, "text", part["text"]))
+    else:
+        prompt = request.payload["prompt"]
+        if isinstance(prompt, str):
+            found.append((request.payload, "prompt", prompt))
+        elif prompt and isinstance(prompt[0], str):
+            found.extend((prompt, i, text) for i, text in enumerate(prompt))
+    return found
+
+
+def screen_prompt(content_filter: ContentFilter, request: CompletionRequest) -> list[str]:
+    """Refuse a prompt with a blocked term (before any GPU work), mask masked terms in place,
+    and return the flagged terms."""
+    if not len(content_filter):
+        return []
+    flags: set[str] = set()
+    param = "messages" if request.endpoint is Endpoint.CHAT else "prompt"
+    for container, slot, text in _texts(request):
+        matches = content_filter.scan(text)
+        if not matches:
+            continue
+        blocked = next((m for m in matches if m.action is FilterAction.BLOCK), None)
+        if blocked is not None:
+            raise InvalidRequestError(
+                f"Your request was rejected by the content policy (category: {blocked.category}).",
+                param=param,
+                code=GatewayErrorCode.CONTENT_POLICY_VIOLATION,
+            )
+        flags.update(m.term for m in matches if m.action is FilterAction.FLAG)
+        if any(m.action is FilterAction.MASK for m in matches):
+            container[slot] = content_filter.mask(text)
+    return sorted(flags)

@@ -1,0 +1,88 @@
+-- Check every limit of one request and reserve what it may use, atomically, in one round trip.
+--
+-- KEYS[i]   the Redis key of rule i
+-- ARGV[1]   the request id (member of concurrency sets)
+-- ARGV[2+4(i-1) .. 5+4(i-1)]  rule i: kind, limit, cost, param
+--   kind 'r' token bucket:  limit = capacity, cost = units taken, param = refill per ms
+--   kind 'c' concurrency:   limit = slots, param = ms after which a slot is presumed leaked
+--   kind 'q' period quota:  limit = tokens in the period, cost = tokens reserved, param = ttl ms
+--   kind 'n' replay nonce:  param = ttl ms
+-- Returns {admitted, failed rule (0 if admitted), retry after ms (-1: never), then for each
+-- rule: remaining, ms until full again}. Time is Redis's own, so every gateway agrees on it.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local member = ARGV[1]
+local count = #KEYS
+local levels = {}
+local report = {}
+
+for i = 1, count do
+  local base = 2 + (i - 1) * 4
+  local kind = ARGV[base]
+  local limit = tonumber(ARGV[base + 1])
+  local cost = tonumber(ARGV[base + 2])
+  local param = tonumber(ARGV[base + 3])
+  local key = KEYS[i]
+  local remaining, reset, retry = 0, 0, nil
+  if kind == 'r' then
+    local stored = redis.call('HMGET', key, 'v', 't')
+    local level = tonumber(stored[1]) or limit
+    local since = tonumber(stored[2]) or now
+    level = math.min(limit, level + math.max(now - since, 0) * param)
+    levels[i] = level
+    if cost > limit then
+      retry = -1
+    elseif level < cost then
+      retry = math.ceil((cost - level) / param)
+    end
+    remaining = level - cost
+    reset = math.ceil((limit - math.max(remaining, 0)) / param)
+  elseif kind == 'c' then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', now)
+    local used = redis.call('ZCARD', key)
+    if used + 1 > limit then
+      local oldest = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+      retry = 1000
+      if oldest[2] then retry = math.min(retry, tonumber(oldest[2]) - now) end
+    end
+    remaining = limit - used - 1
+  elseif kind == 'q' then
+    local used = tonumber(redis.call('GET', key) or '0')
+    reset = redis.call('PTTL', key)
+    if reset < 0 then reset = param end
+    if used + cost > limit then retry = reset end
+    remaining = limit - used - cost
+  elseif kind == 'n' then
+    if redis.call('EXISTS', key) == 1 then retry = 0 end
+  end
+  if retry ~= nil then
+    return {0, i, retry}
+  end
+  report[#report + 1] = math.max(math.floor(remaining), 0)
+  report[#report + 1] = math.max(reset, 0)
+end
+
+for i = 1, count do
+  local base = 2 + (i - 1) * 4
+  local kind = ARGV[base]
+  local limit = tonumber(ARGV[base + 1])
+  local cost = tonumber(ARGV[base + 2])
+  local param = tonumber(ARGV[base + 3])
+  local key = KEYS[i]
+  if kind == 'r' then
+    redis.call('HSET', key, 'v', levels[i] - cost, 't', now)
+    redis.call('PEXPIRE', key, math.ceil(limit / param) + 1000)
+  elseif kind == 'c' then
+    redis.call('ZADD', key, now + param, member)
+    redis.call('PEXPIRE', key, param)
+  elseif kind == 'q' then
+    redis.call('INCRBY', key, cost)
+    if redis.call('PTTL', key) < 0 then redis.call('PEXPIRE', key, param) end
+  elseif kind == 'n' then
+    redis.call('SET', key, 1, 'PX', param)
+  end
+end
+
+local result = {1, 0, 0}
+for _, value in ipairs(report) do result[#result + 1] = value end
+return result

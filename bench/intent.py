@@ -1,0 +1,114 @@
+"""Benchmark the intent classifier: artifact load time, classify latency by prompt length.
+
+Run from the repository root: `.venv/bin/python bench/intent.py`. No Django: the intent package
+imports only numpy. Prompts are the held-out and hand-written sets as written, plus the same
+prompts padded with prose to exactly 4,096 characters (instruction first or last), so a third of
+the calls pay the longest read the classifier does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import random
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from apps.gateway.intent import classify, load
+from apps.gateway.intent.dataset import HELDOUT_FILE, NATURAL_FILE, load_examples
+from apps.gateway.intent.fillers_en import PASSAGES as PASSAGES_EN
+from apps.gateway.intent.fillers_zh import PASSAGES as PASSAGES_ZH
+from apps.gateway.intent.model import ARTIFACT_PATH, IntentModel
+
+PROMPTS = 3_000
+LOADS = 5  # artifact reads timed after the first; the first also pays the cold page cache
+WARMUP = 200  # calls before timing, so that numpy's first-call setup is not counted
+LONG_CHARS = 4_096
+SEED = 20260601
+# Length buckets, in characters, for the report.
+BUCKETS = ((0, 256), (257, 1_024), (1_025, LONG_CHARS))
+
+
+def prompts(count: int, rng: random.Random) -> list[str]:
+    """Return `count` prompts: real ones and, for a third of them, the same padded to 4 KB."""
+    real = [e.text for e in load_examples(HELDOUT_FILE) + load_examples(NATURAL_FILE)]
+    prose = [" ".join(p) for p in PASSAGES_EN] + ["".join(p) for p in PASSAGES_ZH]
+    chosen = []
+    for index in range(count):
+        text = rng.choice(real)
+        if index % 3 == 0:
+            padding = ""
+            while len(padding) < LONG_CHARS:
+                padding += rng.choice(prose) + "\n\n"
+            padding = padding[: LONG_CHARS - len(text) - 2]
+            text = f"{text}\n\n{padding}" if rng.random() < 0.5 else f"{padding}\n\n{text}"
+        chosen.append(text[:LONG_CHARS])
+    return chosen
+
+
+def cpu_name() -> str:
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def percentile(sorted_values: list[int], share: float) -> int:
+    return sorted_values[min(len(sorted_values) - 1, int(share * len(sorted_values)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompts", type=int, default=PROMPTS)
+    args = parser.parse_args()
+
+    load_ns = []
+    for _ in range(LOADS + 1):
+        started = time.perf_counter_ns()
+        IntentModel.load(ARTIFACT_PATH)
+        load_ns.append(time.perf_counter_ns() - started)
+    load()
+
+    rng = random.Random(SEED)
+    texts = prompts(args.prompts, rng)
+    for text in texts[:WARMUP]:
+        classify(text)
+    timings: list[tuple[int, int]] = []
+    for text in texts:
+        started = time.perf_counter_ns()
+        classify(text)
+        timings.append((len(text), time.perf_counter_ns() - started))
+
+    print(
+        f"Intent classifier on {cpu_name()}, "
+        f"Python {platform.python_version()}; artifact {ARTIFACT_PATH.stat().st_size / 1e6:.2f} MB"
+    )
+    print()
+    print("| artifact load | ms |")
+    print("|---|---:|")
+    print(f"| first | {load_ns[0] / 1e6:.1f} |")
+    print(f"| median of next {LOADS} | {sorted(load_ns[1:])[LOADS // 2] / 1e6:.1f} |")
+    print()
+    print("| prompt length (chars) | n | p50 µs | p99 µs | max µs |")
+    print("|---|---:|---:|---:|---:|")
+    rows = [
+        (f"{low:,}-{high:,}", [ns for n, ns in timings if low <= n <= high])
+        for low, high in BUCKETS
+    ]
+    rows.append(("all", [ns for _, ns in timings]))
+    for name, values in rows:
+        values.sort()
+        if values:
+            print(
+                f"| {name} | {len(values)} | {percentile(values, 0.5) / 1e3:.0f} | "
+                f"{percentile(values, 0.99) / 1e3:.0f} | {values[-1] / 1e3:.0f} |"
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,442 @@
+"""The gateway benchmark: what the gateway adds to a request, with every feature switched on.
+
+    .venv/bin/python bench/run.py            # the full run, about 6 minutes; writes bench/results/
+    .venv/bin/python bench/run.py --quick    # a smoke run of every path, seconds per point
+
+One command starts everything on this machine: a fast fake upstream (bench/upstream.py), an
+inference worker attached to it (so the gateway sees a registered node with heartbeats), the
+gateway (one uvicorn process) and Celery. The key has rate limits, token limits, a concurrency
+limit and a quota; 10,000 sensitive terms are loaded; prompts are classified and counted with
+the model's tokenizer; usage is recorded. Each point is measured straight against the upstream
+and through the gateway, back to back, at several concurrencies, streamed and not; the gateway's
+CPU time comes from its own accounting in /proc. Then the same against a real vLLM worker with
+the tiny model, for tokens per second. Results are printed and written as markdown and JSON.
+
+With two cores, the gateway gets core 0 and everything else core 1 (`taskset`), so the
+gateway's figures are not disturbed by the load generator or the upstream.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench import loadgen  # noqa: E402
+from tests.stack import TINY_MODEL_VLLM_ARGS, celery_argv, free_port, gateway_argv  # noqa: E402
+
+RUN_DIR = ROOT / ".run" / "bench"
+RESULTS = ROOT / "bench" / "results"
+PYTHON = ROOT / ".venv" / "bin" / "python"
+WORKER_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+MODEL = "bench-model"
+
+
+def _env(redis_db: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        DMX_DEBUG="1",
+        DJANGO_SECRET_KEY="bench",
+        DMX_KEY_PEPPER="bench-pepper",
+        DATABASE_URL=os.environ.get(
+            "DMX_BENCH_DATABASE_URL", f"sqlite:///{RUN_DIR / 'db.sqlite3'}"
+        ),
+        REDIS_URL=f"redis://127.0.0.1:6379/{redis_db}",
+        DMX_REDIS_PREFIX="dmxbench",
+        DMX_HEARTBEAT_SECONDS="1",
+        DMX_LOG_LEVEL="WARNING",
+        HF_HUB_OFFLINE="1",
+    )
+    return env
+
+
+def _cores() -> tuple[str, str]:
+    """Cores for the gateway and for everything else; the same core when there is one."""
+    count = os.cpu_count() or 1
+    return ("0", "1") if count >= 2 else ("0", "0")
+
+
+class Processes:
+    def __init__(self, env: dict[str, str]) -> None:
+        self.env = env
+        self.started: list[subprocess.Popen] = []
+
+    def start(self, name: str, argv: list[str], core: str, env: dict[str, str] | None = None):
+        log = (RUN_DIR / f"{name}.log").open("wb")
+        process = subprocess.Popen(
+            ["taskset", "-c", core, *argv],
+            cwd=ROOT,
+            env=env or self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.started.append(process)
+        return process
+
+    def stop(self) -> None:
+        for process in reversed(self.started):
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGTERM)
+                try:
+                    process.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(process.pid, signal.SIGKILL)
+
+
+def _wait(url: str, *, key: str | None = None, timeout: float = 60, contains: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            request = urllib.request.Request(url)
+            if key:
+                request.add_header("Authorization", f"Bearer {key}")
+            with urllib.request.urlopen(request, timeout=2) as response:
+                if contains in response.read().decode():
+                    return
+        except OSError:
+            pass
+        time.sleep(0.3)
+    raise TimeoutError(f"{url} did not answer in {timeout} s")
+
+
+def setup(env: dict[str, str]) -> dict[str, str]:
+    """Migrate the bench database; create the key, model, node token and terms."""
+    RUN_DIR.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [str(PYTHON), "manage.py", "migrate", "--noinput"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    subprocess.run(
+        [
+            str(WORKER_PYTHON),
+            "-m",
+            "inference.tiny_model",
+            str(ROOT / ".cache" / "models" / "dmx-tiny"),
+        ],
+        cwd=ROOT,
+        check=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    out = subprocess.run(
+        [str(PYTHON), "bench/setup_platform.py"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """User plus system CPU of processes and their waited-for children, from /proc."""
+    total = 0
+    for pid in pids:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += sum(int(value) for value in fields[11:15])  # utime stime cutime cstime
+    return total / CLOCK_TICKS
+
+
+def rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def measure(
+    url: str,
+    key: str | None,
+    *,
+    stream: bool,
+    concurrency: int,
+    tokens: int,
+    warmup: float,
+    duration: float,
+    cpu_pids: list[int] | None = None,
+) -> dict:
+    body = loadgen.request_body(model=MODEL, stream=stream, tokens=tokens)
+    import uvloop
+
+    uvloop.run(loadgen.run(url, key, body, concurrency=concurrency, warmup=0, duration=warmup))
+    before = cpu_seconds(cpu_pids) if cpu_pids else 0.0
+    result = uvloop.run(
+        loadgen.run(url, key, body, concurrency=concurrency, warmup=0, duration=duration)
+    )
+    if cpu_pids:
+        used = cpu_seconds(cpu_pids) - before
+        result["cpu_ms_per_request"] = used * 1000 / max(result["requests"], 1)
+        result["cpu_busy"] = used / duration
+    return result
+
+
+def fake_upstream_points(
+    args, env, key: str, gateway_pid: int, upstream_url: str, gateway_url: str
+) -> list[dict]:
+    rows = []
+    for stream in (False, True):
+        for concurrency in args.concurrency:
+            common = dict(
+                stream=stream,
+                concurrency=concurrency,
+                tokens=args.tokens,
+                warmup=args.warmup,
+                duration=args.duration,
+            )
+            direct = measure(upstream_url + "/v1/chat/completions", None, **common)
+            via = measure(
+                gateway_url + "/v1/chat/completions", key, cpu_pids=[gateway_pid], **common
+            )
+            rows.append(
+                {"stream": stream, "concurrency": concurrency, "direct": direct, "gateway": via}
+            )
+            print(_row_text(rows[-1]), flush=True)
+    return rows
+
+
+def _row_text(row: dict) -> str:
+    d, g = row["direct"], row["gateway"]
+    return (
+        f"{'stream' if row['stream'] else 'json  '} C={row['concurrency']:<3} "
+        f"direct {d['rps']:8.0f} rps p50 {d['p50_ms']:6.2f} p99 {d['p99_ms']:6.2f} | "
+        f"gateway {g['rps']:8.0f} rps p50 {g['p50_ms']:6.2f} p99 {g['p99_ms']:6.2f} "
+        f"cpu {g['cpu_ms_per_request']:.3f} ms/req statuses {g['statuses']}"
+    )
+
+
+def markdown(rows: list[dict], vllm: dict | None, soak: dict | None, meta: dict) -> str:
+    lines = [
+        f"Measured {meta['date']} on {meta['machine']}; {meta['tokens']} tokens per completion; "
+        f"gateway pinned to core {meta['gateway_core']}, upstream and load generator to core "
+        f"{meta['other_core']}; {meta['duration']} s per point after {meta['warmup']} s warm-up.",
+        "",
+        "| mode | C | direct rps | gateway rps | throughput ratio | added p50 ms | added p99 ms "
+        "| upstream p50 ms | gateway CPU ms/req |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        d, g = row["direct"], row["gateway"]
+        lines.append(
+            f"| {'stream' if row['stream'] else 'non-stream'} | {row['concurrency']} "
+            f"| {d['rps']:.0f} | {g['rps']:.0f} | {g['rps'] / d['rps']:.2f} "
+            f"| {g['p50_ms'] - d['p50_ms']:.2f} | {g['p99_ms'] - d['p99_ms']:.2f} "
+            f"| {d['p50_ms']:.2f} | {g['cpu_ms_per_request']:.3f} |"
+        )
+    if vllm:
+        lines += [
+            "",
+            f"Real vLLM CPU worker, tiny model, {vllm['tokens']} tokens per streamed completion, "
+            f"C={vllm['concurrency']}:",
+            "",
+            "| path | completions/s | tokens/s | p50 ms | p99 ms |",
+            "|---|---:|---:|---:|---:|",
+        ]
+        for name in ("direct", "gateway"):
+            r = vllm[name]
+            lines.append(
+                f"| {name} | {r['rps']:.1f} | {r['rps'] * vllm['tokens']:.0f} "
+                f"| {r['p50_ms']:.1f} | {r['p99_ms']:.1f} |"
+            )
+    if soak:
+        lines += [
+            "",
+            f"Soak: {soak['seconds']} s at C={soak['concurrency']} ({soak['requests']} requests); "
+            f"gateway RSS {soak['rss_start_mb']:.1f} MB after warm-up, "
+            f"{soak['rss_end_mb']:.1f} MB at the end, {soak['rss_max_mb']:.1f} MB at most.",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def soak(args, key: str, gateway_pid: int, gateway_url: str) -> dict:
+    body = loadgen.request_body(model=MODEL, stream=False, tokens=args.tokens)
+    import uvloop
+
+    uvloop.run(
+        loadgen.run(
+            gateway_url + "/v1/chat/completions", key, body, concurrency=32, warmup=0, duration=10
+        )
+    )
+    samples = [rss_mb(gateway_pid)]
+    requests = 0
+    for _ in range(max(1, args.soak // 10)):
+        result = uvloop.run(
+            loadgen.run(
+                gateway_url + "/v1/chat/completions",
+                key,
+                body,
+                concurrency=32,
+                warmup=0,
+                duration=10,
+            )
+        )
+        requests += result["requests"]
+        samples.append(rss_mb(gateway_pid))
+    return {
+        "seconds": args.soak,
+        "concurrency": 32,
+        "requests": requests,
+        "rss_start_mb": samples[0],
+        "rss_end_mb": samples[-1],
+        "rss_max_mb": max(samples),
+        "rss_samples_mb": samples,
+    }
+
+
+def vllm_point(
+    args, procs: Processes, env: dict, credentials: dict, gateway_url: str, other_core: str
+) -> dict:
+    port = free_port()
+    procs.start(
+        "vllm-worker",
+        [
+            str(WORKER_PYTHON),
+            "-m",
+            "inference.worker",
+            "--model",
+            str(ROOT / ".cache" / "models" / "dmx-tiny"),
+            "--name",
+            MODEL,
+            "--port",
+            str(port),
+            "--node-name",
+            "bench-vllm",
+            "--platform-url",
+            gateway_url,
+            "--node-token",
+            credentials["token"],
+            "--run-dir",
+            str(RUN_DIR / "vllm"),
+            "--",
+            *TINY_MODEL_VLLM_ARGS,
+        ],
+        other_core,
+        env=dict(
+            env, VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="nobind", OMP_NUM_THREADS="1"
+        ),
+    )
+    direct_url = f"http://127.0.0.1:{port}"
+    _wait(direct_url + "/health", timeout=180)
+    common = dict(stream=True, concurrency=8, tokens=64, warmup=3, duration=args.vllm_duration)
+    # The fake upstream's node is drained first, so the gateway routes to vLLM only.
+    direct = measure(direct_url + "/v1/chat/completions", None, **common)
+    via = measure(gateway_url + "/v1/chat/completions", credentials["key"], **common)
+    return {"tokens": 64, "concurrency": 8, "direct": direct, "gateway": via}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run: short points")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 64])
+    parser.add_argument("--tokens", type=int, default=16)
+    parser.add_argument("--warmup", type=float, default=3)
+    parser.add_argument("--duration", type=float, default=15)
+    parser.add_argument("--soak", type=int, default=0, help="seconds of memory soak (e.g. 600)")
+    parser.add_argument("--no-vllm", action="store_true")
+    parser.add_argument("--vllm-duration", type=float, default=20)
+    parser.add_argument("--redis-db", type=int, default=12)
+    args = parser.parse_args()
+    if args.quick:
+        args.warmup, args.duration, args.vllm_duration = 0.5, 1.5, 3
+
+    gateway_core, other_core = _cores()
+    env = _env(args.redis_db)
+    credentials = setup(env)
+    procs = Processes(env)
+    upstream_port, gateway_port = 9100, 9000
+    upstream_url = f"http://127.0.0.1:{upstream_port}"
+    gateway_url = f"http://127.0.0.1:{gateway_port}"
+    try:
+        procs.start(
+            "upstream",
+            [
+                str(PYTHON),
+                "bench/upstream.py",
+                "--port",
+                str(upstream_port),
+                "--tokens",
+                str(args.tokens),
+            ],
+            other_core,
+        )
+        gateway = procs.start(
+            "gateway", [*gateway_argv(gateway_port), "--log-level", "warning"], gateway_core
+        )
+        procs.start("celery", celery_argv(RUN_DIR / "celerybeat-schedule"), other_core)
+        _wait(gateway_url + "/health")
+        _wait(upstream_url + "/health")
+        attached = procs.start(
+            "attached-worker",
+            [
+                str(WORKER_PYTHON),
+                "-m",
+                "inference.worker",
+                "--model",
+                str(ROOT / ".cache" / "models" / "dmx-tiny"),
+                "--name",
+                MODEL,
+                "--attach",
+                upstream_url,
+                "--node-name",
+                "bench-upstream",
+                "--platform-url",
+                gateway_url,
+                "--node-token",
+                credentials["token"],
+            ],
+            other_core,
+        )
+        _wait(gateway_url + "/v1/models", key=credentials["key"], contains=MODEL)
+        rows = fake_upstream_points(
+            args, env, credentials["key"], gateway.pid, upstream_url, gateway_url
+        )
+        soak_result = (
+            soak(args, credentials["key"], gateway.pid, gateway_url) if args.soak else None
+        )
+        vllm = None
+        if not args.no_vllm:
+            os.killpg(attached.pid, signal.SIGTERM)  # drains: traffic moves to the real engine
+            attached.wait(timeout=30)
+            vllm = vllm_point(args, procs, env, credentials, gateway_url, other_core)
+    finally:
+        procs.stop()
+    meta = {
+        "date": datetime.now(tz=UTC).strftime("%Y-%m-%d"),
+        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+        f"Python {platform.python_version()}",
+        "tokens": args.tokens,
+        "gateway_core": gateway_core,
+        "other_core": other_core,
+        "warmup": args.warmup,
+        "duration": args.duration,
+    }
+    table = markdown(rows, vllm, soak_result, meta)
+    print(table)
+    if not args.quick:
+        RESULTS.mkdir(parents=True, exist_ok=True)
+        (RESULTS / "latest.md").write_text(table)
+        (RESULTS / "latest.json").write_text(
+            json.dumps({"meta": meta, "points": rows, "vllm": vllm, "soak": soak_result}, indent=1)
+        )
+
+
+if __name__ == "__main__":
+    asyncio.set_event_loop_policy(None)
+    main()

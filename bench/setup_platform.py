@@ -1,0 +1,87 @@
+"""Prepare the benchmark's platform: a keyed tenant with every limit on, the model, a node
+token and 10,000 sensitive terms. Prints the key and the node token as JSON.
+
+Run by bench/run.py with the benchmark's own database and Redis (see its environment).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import string
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dmxplatform.settings")
+
+MODEL = "bench-model"
+TERMS = 10_000
+# Limits so high that the benchmark never reaches them: they are checked on every request,
+# which is the cost being measured, but never refuse one.
+UNREACHABLE = 10**9
+
+
+def bench_terms(count: int) -> list[str]:
+    """Half English-like words, half three-character Chinese terms; none is the upstream's text."""
+    rng = random.Random(1)
+    words = {
+        "".join(rng.choices(string.ascii_lowercase, k=rng.randint(6, 10)))
+        for _ in range(count // 2)
+    }
+    while len(words) < count:
+        words.add("".join(chr(rng.randint(0x4E00, 0x62FF)) for _ in range(3)))
+    return sorted(words)
+
+
+def main() -> None:
+    import django
+
+    django.setup()
+    from apps.gateway.models import SensitiveTerm
+    from apps.gateway.services import sensitive_term_import
+    from apps.hardware.services import node_token_create
+    from apps.keys.models import Plan, PlanQuota, Tenant
+    from apps.keys.services import api_key_create, tenant_create
+    from apps.models.models import LlmModel
+    from apps.models.services import llm_model_create, model_version_create
+    from dmxplatform.redis_client import sync_redis
+
+    sync_redis().flushdb()
+    if not LlmModel.objects.filter(name=MODEL).exists():
+        model = llm_model_create(name=MODEL, max_context_tokens=2048)
+        model_version_create(model=model, tag="v1")
+    plan, _ = Plan.objects.get_or_create(
+        name="bench",
+        defaults={
+            "requests_per_minute": UNREACHABLE,
+            "tokens_per_minute": UNREACHABLE,
+            "max_concurrent_requests": UNREACHABLE,
+        },
+    )
+    PlanQuota.objects.get_or_create(
+        plan=plan, period="month", model="", defaults={"tokens": UNREACHABLE}
+    )
+    tenant = Tenant.objects.filter(slug="bench").first() or tenant_create(
+        name="Bench", slug="bench"
+    )
+    tenant.plan = plan
+    tenant.save()
+    _, key = api_key_create(
+        tenant=tenant,
+        name="bench",
+        requests_per_minute=UNREACHABLE,
+        tokens_per_minute=UNREACHABLE,
+        max_concurrent_requests=UNREACHABLE,
+        token_quota=UNREACHABLE,
+        token_quota_period="day",
+    )
+    _, token = node_token_create(name="bench")
+    if SensitiveTerm.objects.count() < TERMS:
+        sensitive_term_import(terms=bench_terms(TERMS), category="bench", action="block")
+    print(json.dumps({"key": key, "token": token}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+"""The context a request may use: the model's, less while its fleet runs short of KV cache."""
+
+import time
+
+import pytest
+
+from apps.gateway.context import check_context, context_limit
+from apps.gateway.schemas import Endpoint, validate_completion
+from apps.hardware.fleet import NodeSnapshot
+from apps.models.catalog import ModelEntry
+from apps.routing.fleet import FleetView
+from dmxplatform.errors import InvalidRequestError
+
+MODEL = ModelEntry(
+    id=1,
+    name="m",
+    owned_by="dmx",
+    created=0,
+    max_context_tokens=1000,
+    version_tags={1: "v1"},
+    counter=None,
+)
+
+
+def fleet(*usages: float) -> FleetView:
+    view = FleetView(stale_after=10)
+    nodes = {
+        str(i).encode(): NodeSnapshot(
+            id=i,
+            name=f"n{i}",
+            url="http://x",
+            status="up",
+            model="m",
+            version_id=1,
+            version_tag="v1",
+            served_model_name="m",
+            max_model_len=1000,
+            heartbeat_at=time.time(),
+            kv_cache_usage=usage,
+        ).encode()
+        for i, usage in enumerate(usages)
+    }
+    view.replace(nodes)
+    return view
+
+
+def test_full_context_below_the_watermark():
+    assert context_limit(MODEL, fleet(0.5, 0.95)) == 1000  # mean 0.725
+    assert context_limit(MODEL, fleet()) == 1000  # no live node: routing will answer 503
+
+
+def test_reduced_context_above_the_watermark(settings):
+    settings.DMX_CONTEXT_WATERMARK = 0.9
+    settings.DMX_CONTEXT_PRESSURE_FACTOR = 0.5
+    assert context_limit(MODEL, fleet(0.92, 0.96)) == 500
+
+
+def request(max_tokens=None):
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    return validate_completion(Endpoint.CHAT, body)
+
+
+def test_check_context_names_the_reduced_limit():
+    check_context(MODEL, request(), 499, 500)
+    with pytest.raises(InvalidRequestError) as error:
+        check_context(MODEL, request(), 500, 500)
+    assert error.value.code == "context_length_exceeded"
+    assert "500 tokens while it is under load (normally 1000)" in error.value.message
+    with pytest.raises(InvalidRequestError):
+        check_context(MODEL, request(max_tokens=200), 400, 500)
+    check_context(MODEL, request(max_tokens=100), 400, 500)

@@ -1,0 +1,219 @@
+"""Rate limits, concurrency and quotas through two real gateway replicas, and exact billing."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import time
+import urllib.parse
+
+import pytest
+
+from apps.keys.models import UsageRecord
+from apps.keys.ratelimit import rules_for
+from apps.keys.selectors import key_record_load
+from dmxplatform.redis_client import sync_redis
+from tests.conftest import BROKEN_MODEL, SERVED_MODELS
+from tests.http import call
+from tests.keys.factories import make_api_key
+from tests.stack import wait_for
+
+pytestmark = pytest.mark.e2e
+MODEL = SERVED_MODELS[0]
+
+
+def body(max_tokens: int = 2, **extra) -> dict:
+    return {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "hi"}],
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        **extra,
+    }
+
+
+def chat(api_url: str, key: str, payload: dict):
+    return call("POST", api_url + "/chat/completions", key=key, json_body=payload)
+
+
+def test_requests_per_minute_hold_across_replicas(platform, committed):
+    _, secret = make_api_key(requests_per_minute=4)
+    a, b = platform.api_urls
+    replies = [chat(url, secret, body()) for url in (a, b, a, b)]
+    assert [r.status for r in replies] == [200, 200, 200, 200]
+    assert [r.headers["x-ratelimit-remaining-requests"] for r in replies] == ["3", "2", "1", "0"]
+    assert all(r.headers["x-ratelimit-limit-requests"] == "4" for r in replies)
+    refused = chat(b, secret, body())
+    assert refused.status == 429
+    error = refused.json()["error"]
+    assert (error["code"], error["type"]) == ("rate_limit_exceeded", "requests")
+    assert 1 <= int(refused.headers["retry-after"]) <= 15  # one request per 15 s comes back
+
+
+def test_a_request_larger_than_the_token_limit_is_refused_without_retry_hope(platform, committed):
+    _, secret = make_api_key(tokens_per_minute=100)
+    reply = chat(platform.api_url, secret, body(max_tokens=500))
+    assert reply.status == 429
+    error = reply.json()["error"]
+    assert (error["code"], error["type"]) == ("rate_limit_exceeded", "tokens")
+    assert "Request too large" in error["message"]
+    assert "retry-after" in reply.headers
+
+
+def test_token_quota_exhaustion_is_insufficient_quota(platform, committed):
+    _, secret = make_api_key(token_quota=60, token_quota_period="day")
+    first = chat(platform.api_url, secret, body(max_tokens=5))
+    assert first.status == 200
+    used = first.json()["usage"]["total_tokens"]
+    reply = chat(platform.api_url, secret, body(max_tokens=60 - used))  # one token too many
+    assert reply.status == 429
+    assert reply.json()["error"]["code"] == "insufficient_quota"
+    assert reply.json()["error"]["type"] == "insufficient_quota"
+    assert int(reply.headers["retry-after"]) > 0
+
+
+def _open_stream(
+    api_url: str, key: str, payload: dict
+) -> tuple[http.client.HTTPConnection, object]:
+    parts = urllib.parse.urlsplit(api_url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=60)
+    connection.request(
+        "POST",
+        parts.path + "/chat/completions",
+        body=json.dumps(payload),
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+    )
+    response = connection.getresponse()
+    assert response.status == 200
+    return connection, response
+
+
+def test_concurrency_is_shared_across_replicas(platform, committed):
+    _, secret = make_api_key(max_concurrent_requests=1)
+    a, b = platform.api_urls
+    connection, response = _open_stream(a, secret, body(max_tokens=400, stream=True))
+    response.readline()  # the stream is under way and holds the only slot
+    refused = chat(b, secret, body())
+    assert refused.status == 429
+    assert refused.json()["error"]["code"] == "rate_limit_exceeded"
+    response.read()  # let it finish: the slot is freed on settle
+    connection.close()
+    assert chat(b, secret, body()).status == 200
+
+
+def quota_used(key_id: str) -> int:
+    """Tokens charged to the key's day quota, read from Redis."""
+    record = key_record_load(key_id)
+    (rule,) = [r for r in rules_for(record, model=MODEL, tokens=0) if r.meter == "quota"]
+    return int(sync_redis().get(rule.key) or 0)
+
+
+def test_billing_is_exact_for_a_finished_request(platform, committed):
+    key, secret = make_api_key(token_quota=10**9, token_quota_period="day")
+    reply = chat(platform.api_url, secret, body(max_tokens=9))
+    usage = reply.json()["usage"]
+    # Reserved prompt + 9, refunded to what vLLM reports: the quota holds exactly that.
+    assert quota_used(key.key_id) == usage["prompt_tokens"] + usage["completion_tokens"]
+
+
+def test_client_disconnect_charges_what_was_generated(platform, committed):
+    key, secret = make_api_key(token_quota=10**9, token_quota_period="day")
+    connection, response = _open_stream(
+        platform.api_url, secret, body(max_tokens=1500, stream=True)
+    )
+    request_id = response.getheader("x-request-id")
+    for _ in range(5):
+        response.readline()
+    connection.sock.shutdown(2)
+    connection.close()
+    record = wait_for(
+        lambda: UsageRecord.objects.filter(request_id=request_id).first(),
+        timeout=20,
+        what="the disconnected request's usage",
+    )
+    assert record.status == "client_disconnected"
+    assert 0 < record.completion_tokens < 1500
+    assert quota_used(key.key_id) == record.prompt_tokens + record.completion_tokens
+
+
+def test_upstream_failure_before_the_first_token_refunds_everything(platform, committed):
+    """A node that refuses connections: the request fails with 502 and costs nothing."""
+    from tests.stack import free_port
+
+    key, secret = make_api_key(token_quota=10**9, token_quota_period="day")
+    dead_port = free_port()  # nothing listens there
+    registration = {
+        "name": f"dead-node-{dead_port}",
+        "url": f"http://127.0.0.1:{dead_port}",
+        "model": BROKEN_MODEL,
+        "version": "v1",
+        "served_model_name": BROKEN_MODEL,
+        "max_model_len": 2048,
+    }
+    reply = call(
+        "POST",
+        platform.url + "/internal/v1/nodes/register",
+        json_body=registration,
+        headers={"Authorization": f"Bearer {platform.node_token}"},
+    )
+    assert reply.status == 201
+    time.sleep(0.6)  # two gateway refreshes; the node stays fresh for DMX_NODE_STALE_SECONDS
+    failed = chat(platform.api_url, secret, body() | {"model": BROKEN_MODEL})
+    assert failed.status == 502
+    assert failed.json()["error"]["code"] == "upstream_error"
+    assert quota_used(key.key_id) == 0
+    record = wait_for(
+        lambda: UsageRecord.objects.filter(request_id=failed.headers["x-request-id"]).first(),
+        timeout=15,
+        what="the failed request's usage",
+    )
+    assert (record.status, record.prompt_tokens, record.completion_tokens) == (
+        "upstream_error",
+        0,
+        0,
+    )
+
+
+def test_quota_is_shared_by_a_tenant_plan_across_keys(platform, committed):
+    from apps.keys.models import Plan, PlanQuota
+    from apps.keys.services import tenant_keys_publish
+    from tests.keys.factories import make_tenant
+
+    plan = Plan.objects.create(name=f"small-{time.time_ns()}")
+    PlanQuota.objects.create(plan=plan, period="day", model="", tokens=70)
+    tenant = make_tenant()
+    tenant.plan = plan
+    tenant.save()
+    tenant_keys_publish(tenant_ids=[tenant.id])
+    _, first = make_api_key(tenant=tenant)
+    _, second = make_api_key(tenant=tenant)
+    assert chat(platform.api_url, first, body(max_tokens=20)).status == 200
+    assert chat(platform.api_urls[1], second, body(max_tokens=40)).json()["error"]["code"] == (
+        "insufficient_quota"
+    )
+
+
+def test_headers_on_success(platform, committed):
+    _, secret = make_api_key(requests_per_minute=100, tokens_per_minute=10_000)
+    reply = chat(platform.api_url, secret, body())
+    for meter in ("requests", "tokens"):
+        for kind in ("limit", "remaining", "reset"):
+            assert f"x-ratelimit-{kind}-{meter}" in reply.headers
+    assert reply.headers["x-ratelimit-limit-tokens"] == "10000"
+
+
+def test_parallel_requests_never_exceed_the_limit(platform, committed):
+    """Race both replicas with 12 requests against a limit of 5: exactly 5 get through."""
+    _, secret = make_api_key(requests_per_minute=5)
+    statuses = []
+
+    def fire(url):
+        statuses.append(chat(url, secret, body(max_tokens=1)).status)
+
+    threads = [threading.Thread(target=fire, args=(platform.api_urls[i % 2],)) for i in range(12)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(statuses) == [200] * 5 + [429] * 7

