@@ -35,6 +35,17 @@ class NodeSnapshot:
     prefix_cache_queries: float = 0.0
     prefix_cache_hits: float = 0.0
     profile: str | None = None
+    # Hardware, summarised from the node's resource view (apps.hardware.resources).
+    gpu_count: int = 0
+    memory_used_fraction: float = 0.0
+    gpu_utilization: float = 0.0
+    memory_bandwidth_utilization: float = 0.0
+    temperature_c: float = 0.0
+    hourly_price_usd: float = 0.0
+    # Engine statistics over the last heartbeat window (inference/engine_metrics.py).
+    ttft_p95_ms: float | None = None
+    e2e_p95_ms: float | None = None
+    generation_tokens_per_second: float = 0.0
 
     def is_live(self, *, now: float, stale_after: float) -> bool:
         """True when the node says it is up and its last heartbeat is recent."""

@@ -19,6 +19,7 @@ from apps.hardware.choices import NodeStatus
 from apps.hardware.errors import HardwareErrorCode
 from apps.hardware.fleet import NodeSnapshot, TokenRecord, fleet_key, node_token_key, now
 from apps.hardware.models import Node, NodeToken
+from apps.hardware.resources import summarize
 from apps.models.services import model_version_attach_tokenizer, model_version_find
 from dmxplatform import credentials
 from dmxplatform.errors import AuthenticationError, NotFoundError
@@ -106,6 +107,7 @@ def node_snapshot(node: Node) -> NodeSnapshot:
         num_requests_waiting=node.num_requests_waiting,
         kv_cache_usage=node.kv_cache_usage,
         profile=node.profile.name if node.profile_id else None,
+        **summarize(node.resources),
     )
 
 
@@ -177,6 +179,7 @@ def node_heartbeat_record(
         kv_cache_usage=engine.kv_cache_usage,
         prefix_cache_queries=engine.prefix_cache_queries,
         prefix_cache_hits=engine.prefix_cache_hits,
+        **summarize(heartbeat.resources),
     )
     sync_redis().hset(fleet_key(), str(node_id), snapshot.encode())
     fields = {
