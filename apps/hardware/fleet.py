@@ -6,12 +6,13 @@ Gateways poll it (apps.routing.fleet) instead of the database, so routing never 
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 
 import orjson
 
 from apps.hardware.choices import NodeStatus
 from dmxplatform.redis_client import rkey
+from inference.wire import EngineLoad
 
 FLEET_KEY = ("fleet", "nodes")
 
@@ -57,6 +58,17 @@ class NodeSnapshot:
     @classmethod
     def decode(cls, raw: bytes) -> NodeSnapshot:
         return cls(**orjson.loads(raw))
+
+
+_ENGINE_FIELDS = tuple(
+    f.name for f in fields(EngineLoad) if f.name in {g.name for g in fields(NodeSnapshot)}
+)
+
+
+def engine_fields(engine: EngineLoad) -> dict[str, object]:
+    """The snapshot fields a heartbeat's engine load sets: every EngineLoad field the snapshot
+    has, so the wire protocol and the snapshot grow together without a list kept in between."""
+    return {name: getattr(engine, name) for name in _ENGINE_FIELDS}
 
 
 def fleet_key() -> str:

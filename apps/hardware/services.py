@@ -17,7 +17,14 @@ from django.utils import timezone
 
 from apps.hardware.choices import NodeStatus
 from apps.hardware.errors import HardwareErrorCode
-from apps.hardware.fleet import NodeSnapshot, TokenRecord, fleet_key, node_token_key, now
+from apps.hardware.fleet import (
+    NodeSnapshot,
+    TokenRecord,
+    engine_fields,
+    fleet_key,
+    node_token_key,
+    now,
+)
 from apps.hardware.models import Node, NodeToken
 from apps.hardware.resources import summarize
 from apps.models.services import model_version_attach_tokenizer, model_version_find
@@ -174,11 +181,7 @@ def node_heartbeat_record(
         snapshot,
         status=heartbeat.status,
         heartbeat_at=now(),
-        num_requests_running=engine.num_requests_running,
-        num_requests_waiting=engine.num_requests_waiting,
-        kv_cache_usage=engine.kv_cache_usage,
-        prefix_cache_queries=engine.prefix_cache_queries,
-        prefix_cache_hits=engine.prefix_cache_hits,
+        **engine_fields(engine),
         **summarize(heartbeat.resources),
     )
     sync_redis().hset(fleet_key(), str(node_id), snapshot.encode())

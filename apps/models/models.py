@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from django.core.validators import MinValueValidator, RegexValidator
+from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 
 # Public model ids travel in URLs and JSON; keep them to the characters OpenAI and vLLM use.
@@ -36,6 +36,12 @@ class LlmModel(models.Model):
         validators=[MinValueValidator(1)],
         help_text="Prompt plus completion tokens the model accepts.",
     )
+    sla_ttft_p95_ms = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Target P95 time to first token, ms (streams)."
+    )
+    sla_latency_p95_ms = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Target P95 end-to-end latency, ms."
+    )
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -58,6 +64,17 @@ class ModelVersion(models.Model):
     tokenizer = models.ForeignKey(
         Tokenizer, on_delete=models.SET_NULL, null=True, blank=True, related_name="versions"
     )
+    is_stable = models.BooleanField(
+        default=True, help_text="Stable versions share the traffic canaries do not take."
+    )
+    canary_percent = models.DecimalField(
+        max_digits=5,
+        decimal_places=2,
+        default=0,
+        validators=[MinValueValidator(0), MaxValueValidator(100)],
+        help_text="Share of the model's requests this version takes as a canary, 0-100.",
+    )
+    canary_started_at = models.DateTimeField(null=True, blank=True)
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -65,7 +82,15 @@ class ModelVersion(models.Model):
         ordering = ["model__name", "tag"]
         constraints = [
             models.UniqueConstraint(fields=["model", "tag"], name="model_version_unique_tag"),
+            models.CheckConstraint(
+                condition=~(models.Q(is_stable=True) & models.Q(canary_percent__gt=0)),
+                name="model_version_stable_or_canary",
+            ),
         ]
+
+    @property
+    def is_canary(self) -> bool:
+        return not self.is_stable and self.canary_percent > 0
 
     def __str__(self) -> str:
         return f"{self.model.name}@{self.tag}"
