@@ -19,3 +19,5 @@ class Queue(StrEnum):
 app = Celery("dmxplatform")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+# Scaling keeps its tasks beside its scalers, one level below the routing app.
+app.autodiscover_tasks(["apps.routing.scaling"])

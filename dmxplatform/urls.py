@@ -13,6 +13,7 @@ from dmxplatform.health import health
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("internal/v1/", include("apps.hardware.api.urls")),
+    path("internal/v1/", include("apps.routing.api.urls")),
     path("health", health, name="health"),
     path("metrics", ExportToDjangoView, name="metrics"),
 ]

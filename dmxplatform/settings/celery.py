@@ -21,7 +21,14 @@ DMX_NODE_STALE_CHECK_SECONDS = env_float("DMX_NODE_STALE_CHECK_SECONDS", 2.0, mi
 # Raw usage records older than this are deleted nightly; daily totals are kept.
 DMX_USAGE_RETENTION_DAYS = env_int("DMX_USAGE_RETENTION_DAYS", 90, minimum=1)
 
+# How often each model's SLO and queue are evaluated for autoscaling, seconds.
+DMX_SLO_EVALUATION_SECONDS = env_float("DMX_SLO_EVALUATION_SECONDS", 60.0, minimum=1.0)
+
 CELERY_BEAT_SCHEDULE = {
+    "slo-evaluate": {
+        "task": "apps.routing.scaling.tasks.slo_evaluate_task",
+        "schedule": DMX_SLO_EVALUATION_SECONDS,
+    },
     "usage-prune": {
         "task": "apps.keys.tasks.usage_prune_task",
         "schedule": crontab(hour=3, minute=30),

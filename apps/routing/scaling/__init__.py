@@ -1,0 +1,1 @@
+"""Autoscaling: SLO evaluation with hysteresis, and scalers that change a model's worker count."""

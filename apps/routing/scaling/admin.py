@@ -1,0 +1,1 @@
+"""Admin for scaling policies and their events (imported by apps.routing.admin)."""
