@@ -2,11 +2,15 @@
 
 Names as vLLM 0.12+ exports them (`vllm:kv_cache_usage_perc`; the old `gpu_*` names are gone).
 Values are summed across the `engine` label, so a data-parallel server reports its total.
+Latency percentiles and throughput are computed over the window between two reads, from the
+histograms' and counters' deltas: what the engine did lately, not since it started.
 """
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
+from dataclasses import dataclass
 
 from inference.wire import EngineLoad
 
@@ -15,11 +19,17 @@ WAITING = "vllm:num_requests_waiting"
 KV_CACHE = "vllm:kv_cache_usage_perc"
 PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
 PREFIX_HITS = "vllm:prefix_cache_hits_total"
+GENERATION_TOKENS = "vllm:generation_tokens_total"
+TTFT_BUCKETS = "vllm:time_to_first_token_seconds_bucket"
+E2E_BUCKETS = "vllm:e2e_request_latency_seconds_bucket"
+_LE = re.compile(r'le="([^"]+)"')
+
+Samples = dict[str, list[tuple[str, float]]]
 
 
-def parse_samples(text: str) -> dict[str, list[tuple[str, float]]]:
+def parse_samples(text: str) -> Samples:
     """Return {metric name: [(label text, value), ...]} for every `vllm:` sample."""
-    samples: dict[str, list[tuple[str, float]]] = defaultdict(list)
+    samples: Samples = defaultdict(list)
     for line in text.splitlines():
         if not line.startswith("vllm:"):
             continue
@@ -32,19 +42,85 @@ def parse_samples(text: str) -> dict[str, list[tuple[str, float]]]:
     return samples
 
 
-def _total(samples: dict[str, list[tuple[str, float]]], name: str) -> float:
+def _total(samples: Samples, name: str) -> float:
     return sum(value for _, value in samples.get(name, ()))
 
 
+def _buckets(samples: Samples, name: str) -> dict[float, float]:
+    """Cumulative histogram counts by upper bound, summed across engines."""
+    counts: dict[float, float] = defaultdict(float)
+    for labels, value in samples.get(name, ()):
+        match = _LE.search(labels)
+        if match:
+            counts[float(match.group(1))] += value
+    return dict(counts)
+
+
+def histogram_quantile(
+    q: float, before: dict[float, float], after: dict[float, float]
+) -> float | None:
+    """The q-quantile of what a cumulative histogram gained between two reads, interpolated
+    within the bucket as Prometheus's histogram_quantile does; None without new samples."""
+    bounds = sorted(after)
+    deltas = [(b, after[b] - before.get(b, 0.0)) for b in bounds]
+    total = deltas[-1][1] if deltas else 0.0
+    if total <= 0:
+        return None
+    rank = q * total
+    lower, below = 0.0, 0.0
+    for bound, count in deltas:
+        if count >= rank:
+            if bound == float("inf"):
+                return lower
+            inside = count - below
+            return lower + (bound - lower) * ((rank - below) / inside if inside else 1.0)
+        lower, below = bound, count
+    return lower
+
+
 def engine_load(text: str) -> EngineLoad:
-    """Return the load fields of the node protocol from a /metrics page."""
-    samples = parse_samples(text)
-    engines = max(len(samples.get(KV_CACHE, ())), 1)
-    return EngineLoad(
-        num_requests_running=int(_total(samples, RUNNING)),
-        num_requests_waiting=int(_total(samples, WAITING)),
-        # Usage is a fraction per engine; the node's is their mean.
-        kv_cache_usage=min(max(_total(samples, KV_CACHE) / engines, 0.0), 1.0),
-        prefix_cache_queries=_total(samples, PREFIX_QUERIES),
-        prefix_cache_hits=_total(samples, PREFIX_HITS),
-    )
+    """Return the load fields of the node protocol from one /metrics page."""
+    return EngineMonitor().observe(text, now=0.0)
+
+
+@dataclass
+class _Reading:
+    at: float
+    ttft: dict[float, float]
+    e2e: dict[float, float]
+    generated: float
+
+
+class EngineMonitor:
+    """Successive /metrics reads of one engine, turned into per-window figures."""
+
+    def __init__(self) -> None:
+        self._last: _Reading | None = None
+
+    def observe(self, text: str, *, now: float) -> EngineLoad:
+        samples = parse_samples(text)
+        engines = max(len(samples.get(KV_CACHE, ())), 1)
+        reading = _Reading(
+            at=now,
+            ttft=_buckets(samples, TTFT_BUCKETS),
+            e2e=_buckets(samples, E2E_BUCKETS),
+            generated=_total(samples, GENERATION_TOKENS),
+        )
+        load = EngineLoad(
+            num_requests_running=int(_total(samples, RUNNING)),
+            num_requests_waiting=int(_total(samples, WAITING)),
+            # Usage is a fraction per engine; the node's is their mean.
+            kv_cache_usage=min(max(_total(samples, KV_CACHE) / engines, 0.0), 1.0),
+            prefix_cache_queries=_total(samples, PREFIX_QUERIES),
+            prefix_cache_hits=_total(samples, PREFIX_HITS),
+        )
+        previous, self._last = self._last, reading
+        if previous is None or now <= previous.at:
+            return load
+        ttft = histogram_quantile(0.95, previous.ttft, reading.ttft)
+        e2e = histogram_quantile(0.95, previous.e2e, reading.e2e)
+        load.ttft_p95_ms = None if ttft is None else round(ttft * 1000, 2)
+        load.e2e_p95_ms = None if e2e is None else round(e2e * 1000, 2)
+        generated = max(reading.generated - previous.generated, 0.0)
+        load.generation_tokens_per_second = round(generated / (now - previous.at), 2)
+        return load

@@ -99,6 +99,10 @@ class EngineLoad(Message):
     kv_cache_usage: float = 0.0
     prefix_cache_queries: float = 0.0
     prefix_cache_hits: float = 0.0
+    # Over the last heartbeat window; None when the engine finished no request in it.
+    ttft_p95_ms: float | None = None
+    e2e_p95_ms: float | None = None
+    generation_tokens_per_second: float = 0.0
 
     def validate(self) -> None:
         if not 0.0 <= self.kv_cache_usage <= 1.0:

@@ -15,12 +15,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import time
 from typing import Any
 
 import aiohttp
+from django.conf import settings
 
 from apps.gateway import sse
 from apps.gateway.admission import admit, reservation
@@ -30,19 +32,29 @@ from apps.gateway.context import check_context, context_limit, prompt_tokens
 from apps.gateway.errors import GatewayErrorCode
 from apps.gateway.intent import classify
 from apps.gateway.outputs import StreamEditor, filter_response
-from apps.gateway.prompts import intent_text, screen_prompt
+from apps.gateway.prompts import affinity_key, intent_text, screen_prompt
 from apps.gateway.responses import EVENT_STREAM, Headers, header, read_body, send_error, send_json
 from apps.gateway.runtime import GatewayRuntime, get_runtime
 from apps.gateway.schemas import CompletionRequest, Endpoint, parse_json, validate_completion
 from apps.gateway.upstream import connect, upstream_error
+from apps.hardware.fleet import NodeSnapshot
 from apps.keys.choices import UsageStatus
 from apps.keys.keycache import KeyRecord
-from apps.keys.ledger import UsageEvent
+from apps.keys.ledger import USAGE_STREAM, UsageEvent
 from apps.keys.ratelimit import Admission
 from apps.models.catalog import ModelEntry
-from apps.routing.router import Decision
+from apps.routing.breaker import BreakerState
+from apps.routing.choices import DecisionOutcome
+from apps.routing.decisions import DECISION_STREAM, DecisionEvent, decision_event
+from apps.routing.queueing import QueueFull
+from apps.routing.router import Decision, RouteRequest
 from dmxplatform import metrics
-from dmxplatform.errors import ApplicationError, NotFoundError, UpstreamError
+from dmxplatform.errors import (
+    ApplicationError,
+    NotFoundError,
+    ServiceUnavailableError,
+    UpstreamError,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -57,16 +69,26 @@ def new_request_id() -> str:
     return "req_" + os.urandom(16).hex()
 
 
-def resolve_model(runtime: GatewayRuntime, key: KeyRecord, name: str) -> ModelEntry:
-    """Return the model a request names, if it exists and the key may use it."""
+def resolve_model(
+    runtime: GatewayRuntime, key: KeyRecord, name: str, intent: str, request_id: str
+) -> tuple[ModelEntry, frozenset[str]]:
+    """The model a request names, or the one its alias routes to for its intent (with the
+    routing table's hardware preference), if it exists and the key may use it."""
+    preferred: frozenset[str] = frozenset()
+    allowed = key.allows(name)
+    if runtime.routing_table.is_alias(name):
+        route = runtime.routing_table.resolve(name, intent, request_id)
+        if route is not None:
+            allowed = allowed or key.allows(route.model)
+            name, preferred = route.model, route.preferred_profiles
     entry = runtime.catalog.get(name)
-    if entry is None or not key.allows(name):
+    if entry is None or not allowed:
         raise NotFoundError(
             f"The model `{name}` does not exist or you do not have access to it.",
             param="model",
             code=GatewayErrorCode.MODEL_NOT_FOUND,
         )
-    return entry
+    return entry, preferred
 
 
 class CompletionCall:
@@ -86,7 +108,11 @@ class CompletionCall:
         self.key: KeyRecord | None = None
         self.request: CompletionRequest | None = None
         self.admission: Admission | None = None
+        self.route_request: RouteRequest | None = None
         self.decision: Decision | None = None
+        self.node: NodeSnapshot | None = None
+        self.waited_ms = 0.0
+        self.queue_timeout = False
         self.editor: StreamEditor | None = None
         self.http_status = 200
         self.outcome = UsageStatus.OK
@@ -117,14 +143,26 @@ class CompletionCall:
             self.mark("auth")
             request = self.request = validate_completion(self.endpoint, parse_json(body))
             self.mark("parse")
-            model = resolve_model(runtime, key, request.model)
             self.flags = screen_prompt(runtime.content_filter, request)
             self.mark("screen")
             self.intent = classify(intent_text(request)).label
             self.mark("intent")
+            model, preferred = resolve_model(
+                runtime, key, request.model, self.intent, self.request_id
+            )
             await self._admit(runtime, key, model, request, nonce)
-            async with connect(runtime, request) as (decision, response):
-                self.decision = decision
+            self.route_request = RouteRequest(
+                request_id=self.request_id,
+                model=model,
+                prompt_tokens=self.estimated_tokens or 0,
+                completion_tokens=request.max_tokens or 0,
+                priority=key.priority,
+                affinity=affinity_key(request),
+                preferred_profiles=preferred,
+            )
+            route = functools.partial(self._route, runtime)
+            async with connect(runtime, request, route, priority=key.priority) as (node, response):
+                self.node = node
                 self.mark("upstream_connect")
                 if response.status != 200:
                     raise upstream_error(response.status, await response.read())
@@ -132,6 +170,7 @@ class CompletionCall:
                     await self._stream(runtime, response)
                 else:
                     await self._respond(runtime, response)
+            await self._observe(runtime)
         except ApplicationError as error:
             await self._fail(runtime, error)
         except Exception:
@@ -145,6 +184,59 @@ class CompletionCall:
                 str(self.http_status),
                 "true" if self.request and self.request.stream else "false",
             ).observe(time.perf_counter() - self._t0)
+
+    async def _route(self, runtime: GatewayRuntime, tried: list[int]) -> NodeSnapshot | None:
+        """Decide a node; when the model is saturated, wait for room in the priority queue."""
+        request = self.route_request
+        model, priority = request.model.name, request.priority
+        exclude = list(tried)
+        deadline = time.monotonic() + settings.DMX_ADMISSION_TIMEOUT_SECONDS
+        waited_from = time.monotonic()
+        # Someone of this tier or higher waits already: take a place behind them.
+        must_wait = runtime.queues.ahead_of(model, priority)
+        while True:
+            if not must_wait:
+                decision = self.decision = runtime.router.decide(request, exclude=exclude)
+                node = decision.node
+                if node is not None:
+                    if runtime.breakers.state(node.id) is BreakerState.HALF_OPEN and not (
+                        await runtime.breakers.try_probe(node.id)
+                    ):
+                        exclude.append(node.id)  # another request is this node's probe
+                        continue
+                    self.waited_ms += (time.monotonic() - waited_from) * 1000
+                    self.node = node
+                    return node
+                if not decision.saturated:
+                    return None
+            must_wait = False
+            remaining = deadline - time.monotonic()
+            try:
+                woken = remaining > 0 and await runtime.queues.wait(model, priority, remaining)
+            except QueueFull:
+                woken = False
+            self.waited_ms += (time.monotonic() - waited_from) * 1000
+            waited_from = time.monotonic()
+            if not woken:
+                self.queue_timeout = True
+                raise ServiceUnavailableError(
+                    f"Model `{model}` is at capacity and no node freed up in time. "
+                    "Please retry shortly.",
+                    code=GatewayErrorCode.NO_CAPACITY,
+                    headers={"Retry-After": str(settings.DMX_RETRY_AFTER_SECONDS)},
+                )
+
+    async def _observe(self, runtime: GatewayRuntime) -> None:
+        """Tell the node's latency window and breaker how this request went."""
+        if self.node is None:
+            return
+        ttft = (self.first_token_at - self._t0) * 1000 if self.first_token_at else None
+        await runtime.observe(
+            self.node,
+            failed=self.outcome is UsageStatus.UPSTREAM_ERROR,
+            ttft_ms=ttft if self.request and self.request.stream else None,
+            latency_ms=(time.perf_counter() - self._t0) * 1000,
+        )
 
     async def _admit(
         self,
@@ -185,6 +277,8 @@ class CompletionCall:
             )
         await self._settle(runtime)
         if self.response_started:
+            if runtime is not None and isinstance(error, UpstreamError):
+                await runtime.observe(self.node, failed=True)
             # Mid-stream: the status line is gone; tell the client in the stream, as OpenAI does.
             await self._send_body(sse.encode(error.to_json()), more=False)
             return
@@ -288,14 +382,15 @@ class CompletionCall:
         await self.send({"type": "http.response.body", "body": body, "more_body": more})
 
     def _usage_event(self, prompt: int, completion: int) -> UsageEvent:
-        node = self.decision.node if self.decision else None
+        node = self.node
+        model = self.route_request.model.name if self.route_request else ""
         return UsageEvent(
             request_id=self.request_id,
             api_key_id=self.key.id,
             tenant_id=self.key.tenant_id,
             created_at=self.received_at,
             endpoint=self.endpoint.value,
-            model=self.request.model if self.request else "",
+            model=model or (self.request.model if self.request else ""),
             model_version=node.version_tag if node else "",
             node=node.name if node else "",
             intent=self.intent,
@@ -315,6 +410,27 @@ class CompletionCall:
             timings=self.timings,
         )
 
+    def _decision_event(self, runtime: GatewayRuntime) -> DecisionEvent | None:
+        """The routing decision for the log: always when it found no node, else if sampled."""
+        decision = self.decision
+        if decision is None or (decision.node is not None and not runtime.decision_sampler.keep()):
+            return None
+        if self.queue_timeout:
+            outcome = DecisionOutcome.QUEUE_TIMEOUT
+        else:
+            outcome = DecisionOutcome.ROUTED if decision.node else DecisionOutcome.NO_CAPACITY
+        return decision_event(
+            decision,
+            request_id=self.request_id,
+            created_at=self.received_at,
+            requested_model=self.request.model,
+            model=self.route_request.model.name,
+            intent=self.intent,
+            priority=self.route_request.priority,
+            outcome=outcome,
+            waited_ms=self.waited_ms,
+        )
+
     async def _settle(self, runtime: GatewayRuntime | None) -> None:
         """Refund the reservation's excess and append the usage record; once per request."""
         if self.settled or self.key is None or runtime is None:
@@ -324,13 +440,14 @@ class CompletionCall:
         prompt = int(usage.get("prompt_tokens") or 0)
         completion = int(usage.get("completion_tokens") or 0)
         event = self._usage_event(prompt, completion)
+        events = [(USAGE_STREAM.key(), event.encode())]
+        decision = self._decision_event(runtime)
+        if decision is not None:
+            events.append((DECISION_STREAM.key(), decision.encode()))
         rules = self.admission.rules if self.admission else ()
         try:
             await runtime.limiter.settle(
-                self.request_id,
-                rules,
-                refund=self.reserved - prompt - completion,
-                event=event.encode(),
+                self.request_id, rules, refund=self.reserved - prompt - completion, events=events
             )
         except Exception:
             # Redis is gone mid-request: keep the record in the log, where it can be replayed.

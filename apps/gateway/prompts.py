@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
+
+from django.conf import settings
 
 from apps.gateway.content_filter import ContentFilter, FilterAction
 from apps.gateway.errors import GatewayErrorCode
@@ -67,3 +70,24 @@ def screen_prompt(content_filter: ContentFilter, request: CompletionRequest) -> 
         if any(m.action is FilterAction.MASK for m in matches):
             container[slot] = content_filter.mask(text)
     return sorted(flags)
+
+
+def affinity_key(request: CompletionRequest) -> int | None:
+    """A 64-bit key of the prompt's start: requests that share it share vLLM's prefix cache
+    when they land on the same node, so the router keeps them together."""
+    limit = settings.DMX_ROUTE_AFFINITY_PREFIX_CHARS
+    if request.endpoint is Endpoint.CHAT:
+        parts, size = [], 0
+        for message in request.payload["messages"]:
+            text = message_text(message.get("content"))
+            parts.append(text)
+            size += len(text)
+            if size >= limit:
+                break
+        prefix = "\x1e".join(parts)[:limit]
+    else:
+        prompt = request.payload["prompt"]
+        prefix = prompt[:limit] if isinstance(prompt, str) else ""
+    if not prefix:
+        return None
+    return int.from_bytes(hashlib.blake2b(prefix.encode(), digest_size=8).digest(), "big")

@@ -22,14 +22,22 @@ from apps.gateway.clients import trusted_networks
 from apps.gateway.content_filter import ContentFilter
 from apps.gateway.selectors import content_filter_load
 from apps.gateway.services import CONTENT_FILTER_VERSION_KEY
-from apps.hardware.fleet import fleet_key
+from apps.hardware.fleet import NodeSnapshot, fleet_key
 from apps.keys.keycache import KeyCache, invalidation_channel
 from apps.keys.ratelimit import Limiter
 from apps.keys.selectors import key_record_load
 from apps.models.catalog import Catalog
 from apps.models.selectors import catalog_load
 from apps.models.services import CATALOG_VERSION_KEY
+from apps.routing.breaker import BreakerBoard, breakers_key
+from apps.routing.decisions import DecisionSampler
 from apps.routing.fleet import FleetView
+from apps.routing.queueing import AdmissionQueues
+from apps.routing.router import Router
+from apps.routing.selectors import routing_table_load
+from apps.routing.services import ROUTING_TABLE_VERSION_KEY
+from apps.routing.stats import GatewayStats
+from apps.routing.table import RoutingTable
 from dmxplatform.redis_client import async_redis, rkey
 
 logger = logging.getLogger(__name__)
@@ -52,6 +60,12 @@ class GatewayRuntime:
         self.limiter = Limiter(self.redis)
         self.content_filter = ContentFilter(())
         self.content_filter_version = -1
+        self.routing_table = RoutingTable()
+        self.breakers = BreakerBoard(self.redis)
+        self.stats = GatewayStats()
+        self.queues = AdmissionQueues()
+        self.router = Router(fleet=self.fleet, breakers=self.breakers, stats=self.stats)
+        self.decision_sampler = DecisionSampler(settings.DMX_DECISION_LOG_PER_SECOND)
         self.trusted_proxies = trusted_networks(tuple(settings.DMX_TRUSTED_PROXIES))
         self.http: aiohttp.ClientSession | None = None
         self._tasks: list[asyncio.Task] = []
@@ -92,14 +106,23 @@ class GatewayRuntime:
         await self._listener.aclose()
 
     async def refresh(self) -> None:
-        """Reload node state; rebuild the catalog and the content filter when their versions
-        moved (off the event loop: both read the database)."""
+        """Reload node state and breakers; rebuild the catalog, the content filter and the
+        routing table when their versions moved (off the event loop: they read the database)."""
         pipe = self.redis.pipeline(transaction=False)
         pipe.hgetall(fleet_key())
+        pipe.hgetall(breakers_key())
         pipe.get(rkey(*CATALOG_VERSION_KEY))
         pipe.get(rkey(*CONTENT_FILTER_VERSION_KEY))
-        nodes, catalog_version, filter_version = await pipe.execute()
+        pipe.get(rkey(*ROUTING_TABLE_VERSION_KEY))
+        nodes, breakers, catalog_version, filter_version, table_version = await pipe.execute()
         self.fleet.replace(nodes)
+        self.breakers.replace(breakers)
+        self.queues.wake_all()  # fresh state may have room for whoever waits
+        table_version = int(table_version or 0)
+        if table_version != self.routing_table.version:
+            self.routing_table = await sync_to_async(routing_table_load, thread_sensitive=False)(
+                version=table_version
+            )
         catalog_version = int(catalog_version or 0)
         if catalog_version != self.catalog.version:
             self.catalog = await sync_to_async(catalog_load, thread_sensitive=False)(
@@ -111,6 +134,23 @@ class GatewayRuntime:
                 version=filter_version
             )
             self.content_filter_version = filter_version
+
+    async def observe(
+        self,
+        node: NodeSnapshot,
+        *,
+        failed: bool,
+        ttft_ms: float | None = None,
+        latency_ms: float = 0.0,
+    ) -> None:
+        """Feed a request's outcome on a node to the latency windows and its circuit breaker;
+        a first token slower than DMX_BREAKER_SLOW_TTFT_SECONDS counts against the breaker."""
+        self.stats.record(node.id, ttft_ms=ttft_ms, latency_ms=latency_ms, failed=failed)
+        slow = ttft_ms is not None and ttft_ms > settings.DMX_BREAKER_SLOW_TTFT_SECONDS * 1000
+        try:
+            await self.breakers.record(node.id, failed=failed or slow)
+        except (RedisError, OSError) as exc:
+            logger.warning("breaker of node %s not updated: %s", node.name, exc)
 
     async def _refresh_loop(self) -> None:
         while True:

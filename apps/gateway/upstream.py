@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
 import aiohttp
@@ -13,7 +13,6 @@ from django.conf import settings
 from apps.gateway.errors import GatewayErrorCode
 from apps.gateway.schemas import CompletionRequest
 from apps.hardware.fleet import NodeSnapshot
-from apps.routing.router import Decision, choose
 from dmxplatform.errors import (
     ApplicationError,
     InvalidRequestError,
@@ -28,12 +27,15 @@ if TYPE_CHECKING:
 # could duplicate text the client already holds.
 MAX_ATTEMPTS = 2
 _HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
+# vLLM schedules lower priorities first; our tiers rank higher tiers first (PriorityTier).
+VLLM_PRIORITY_OF_TIER = 2
 _UPSTREAM_FAILURES = (aiohttp.ClientError, TimeoutError, OSError)
 
 
-def upstream_body(request: CompletionRequest, node: NodeSnapshot) -> bytes:
+def upstream_body(request: CompletionRequest, node: NodeSnapshot, *, priority: int) -> bytes:
     """Return the body for vLLM: the node's model name; on streams, usage on every chunk
-    (vLLM's continuous usage stats), so a stream cut short is billed to the token."""
+    (vLLM's continuous usage stats), so a stream cut short is billed to the token; and the
+    key's priority where the engine schedules by it (lower is sooner in vLLM)."""
     payload = dict(request.payload, model=node.served_model_name)
     if request.stream:
         payload["stream_options"] = {
@@ -41,6 +43,8 @@ def upstream_body(request: CompletionRequest, node: NodeSnapshot) -> bytes:
             "include_usage": True,
             "continuous_usage_stats": True,
         }
+    if node.priority_scheduling:
+        payload["priority"] = VLLM_PRIORITY_OF_TIER - priority
     return orjson.dumps(payload)
 
 
@@ -67,32 +71,36 @@ def no_capacity(model: str) -> ServiceUnavailableError:
     )
 
 
+Route = Callable[[list[int]], Awaitable[NodeSnapshot | None]]
+
+
 @contextlib.asynccontextmanager
 async def connect(
-    runtime: GatewayRuntime, request: CompletionRequest
-) -> AsyncIterator[tuple[Decision, aiohttp.ClientResponse]]:
+    runtime: GatewayRuntime, request: CompletionRequest, route: Route, *, priority: int
+) -> AsyncIterator[tuple[NodeSnapshot, aiohttp.ClientResponse]]:
     """Yield the first node that answers below 500 and its response; retry once on failure.
 
-    On exit the connection goes back to the pool when the body was read to the end, and is closed
-    otherwise, which makes vLLM abort the generation.
+    `route(tried)` picks a node other than those tried. A node that fails counts against its
+    circuit breaker. On exit the connection goes back to the pool when the body was read to
+    the end, and is closed otherwise, which makes vLLM abort the generation.
     """
     tried: list[int] = []
     failure: ApplicationError | None = None
     for _ in range(MAX_ATTEMPTS):
-        decision: Decision | None = choose(runtime.fleet, model=request.model, exclude=tried)
-        if decision is None:
+        node = await route(tried)
+        if node is None:
             break
-        node = decision.node
         tried.append(node.id)
         runtime.fleet.inflight[node.id] += 1
         try:
             response = await runtime.http.post(
                 node.url + request.endpoint.path,
-                data=upstream_body(request, node),
+                data=upstream_body(request, node, priority=priority),
                 headers=_HEADERS,
             )
         except _UPSTREAM_FAILURES as exc:
             runtime.fleet.inflight[node.id] -= 1
+            await runtime.observe(node, failed=True)
             failure = UpstreamError(
                 f"Node {node.name} could not be reached: {exc.__class__.__name__}.",
                 code=GatewayErrorCode.UPSTREAM_ERROR,
@@ -102,14 +110,16 @@ async def connect(
             failure = upstream_error(response.status, await response.read())
             response.release()
             runtime.fleet.inflight[node.id] -= 1
+            await runtime.observe(node, failed=True)
             continue
         try:
-            yield decision, response
+            yield node, response
         finally:
             if response.content.at_eof():
                 response.release()
             else:
                 response.close()
             runtime.fleet.inflight[node.id] -= 1
+            runtime.queues.wake(node.model)
         return
     raise failure or no_capacity(request.model)

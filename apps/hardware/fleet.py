@@ -36,6 +36,8 @@ class NodeSnapshot:
     prefix_cache_queries: float = 0.0
     prefix_cache_hits: float = 0.0
     profile: str | None = None
+    # The engine runs vLLM's priority scheduler, so requests may carry a priority.
+    priority_scheduling: bool = False
     # Hardware, summarised from the node's resource view (apps.hardware.resources).
     gpu_count: int = 0
     memory_used_fraction: float = 0.0

@@ -2,9 +2,8 @@
 
 The gateway appends one event per finished request (inside the settle script of
 apps.keys.ratelimit, so no database and no extra round trip on the hot path);
-`apps.keys.services.usage_flush` moves them into UsageRecord in batches and acknowledges them
-only after the rows are committed, so a crash anywhere between leaves them pending, never lost.
-Inserts are idempotent on request_id, so a batch retried after a partial failure is harmless.
+`apps.keys.services.usage_flush` moves them into UsageRecord in batches (dmxplatform.streams),
+idempotent on request_id.
 """
 
 from __future__ import annotations
@@ -13,12 +12,9 @@ from dataclasses import asdict, dataclass, field
 
 import orjson
 
-from dmxplatform.redis_client import rkey
+from dmxplatform.streams import DurableStream
 
-STREAM = ("usage", "stream")
-DEAD_LETTER_STREAM = ("usage", "dead")
-GROUP = "ledger"
-FIELD = b"e"
+USAGE_STREAM = DurableStream(("usage", "stream"))
 
 
 @dataclass(slots=True)
@@ -54,8 +50,4 @@ class UsageEvent:
 
 
 def stream_key() -> str:
-    return rkey(*STREAM)
-
-
-def dead_letter_key() -> str:
-    return rkey(*DEAD_LETTER_STREAM)
+    return USAGE_STREAM.key()

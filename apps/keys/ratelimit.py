@@ -20,7 +20,6 @@ import redis.asyncio as aioredis
 
 from apps.keys.choices import QuotaPeriod
 from apps.keys.keycache import KeyRecord, Limits
-from apps.keys.ledger import stream_key
 from apps.keys.signing import REPLAY_TTL_SECONDS
 from dmxplatform.redis_client import rkey
 
@@ -195,10 +194,18 @@ class Limiter:
         )
 
     async def settle(
-        self, request_id: str, rules: tuple[Rule, ...], *, refund: int, event: bytes
+        self,
+        request_id: str,
+        rules: tuple[Rule, ...],
+        *,
+        refund: int,
+        events: list[tuple[str, bytes]],
     ) -> None:
-        """Refund the overestimate, free the slot, append the usage event: one round trip."""
-        args: list[str | float | bytes] = [request_id, refund, event]
+        """Refund the overestimate, free the slot and append the events (durable stream key,
+        payload), in one round trip."""
+        args: list[str | float | bytes] = [request_id, refund, len(rules)]
         for rule in rules:
             args += [rule.settle_kind, rule.limit, rule.param]
-        await self._settle(keys=[*(rule.key for rule in rules), stream_key()], args=args)
+        args += [payload for _, payload in events]
+        keys = [*(rule.key for rule in rules), *(stream for stream, _ in events)]
+        await self._settle(keys=keys, args=args)

@@ -6,10 +6,9 @@ import logging
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 
-from django.db import DatabaseError, IntegrityError, connection, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 from django.utils import timezone
-from redis.exceptions import ResponseError
 
 from apps.keys import ledger
 from apps.keys.choices import UsageStatus
@@ -17,17 +16,11 @@ from apps.keys.keycache import invalidation_channel, invalidation_message, recor
 from apps.keys.models import KEY_PREFIX, ApiKey, Plan, Tenant, UsageDaily, UsageRecord
 from apps.keys.selectors import key_record_from_row
 from apps.keys.signing import signing_secret_issue
-from dmxplatform import credentials
-from dmxplatform.redis_client import rkey, sync_redis
+from dmxplatform import credentials, streams
+from dmxplatform.redis_client import sync_redis
 
 logger = logging.getLogger(__name__)
 
-# Events moved per round: one INSERT of this many rows is a few milliseconds on PostgreSQL.
-USAGE_FLUSH_BATCH = 500
-# Rounds per flush call, so that one Celery task stays well inside its time limit.
-USAGE_FLUSH_MAX_ROUNDS = 20
-# Longer than the slowest flush; a flusher that died frees the lock after this.
-USAGE_FLUSH_LOCK_SECONDS = 120
 # Rows deleted per statement when pruning: small enough not to hold long locks.
 USAGE_PRUNE_BATCH = 10_000
 
@@ -185,7 +178,7 @@ def _usage_rollup(rows: list[UsageRecord]) -> None:
             )
 
 
-def _usage_store(rows: list[UsageRecord]) -> None:
+def _usage_write(rows: list[UsageRecord]) -> None:
     with transaction.atomic():
         _check_constraints_now()
         UsageRecord.objects.bulk_create(rows)
@@ -196,7 +189,7 @@ def _usage_insert(entries: list[tuple[bytes, ledger.UsageEvent]]) -> list[bytes]
     """Store events not stored before, with their daily totals; return the ids of entries
     that can never be stored (they refer to something deleted).
 
-    Only one flush runs at a time (the lock in usage_flush), so "not stored before" read here
+    Only one flush runs at a time (streams.drain's lock), so "not stored before" read here
     still holds when the rows are written, and a redelivered event is neither stored nor
     counted twice.
     """
@@ -209,7 +202,7 @@ def _usage_insert(entries: list[tuple[bytes, ledger.UsageEvent]]) -> list[bytes]
     for request_id in stored:
         del fresh[request_id]
     try:
-        _usage_store([row for _, row in fresh.values()])
+        _usage_write([row for _, row in fresh.values()])
         return []
     except IntegrityError:
         pass
@@ -217,7 +210,7 @@ def _usage_insert(entries: list[tuple[bytes, ledger.UsageEvent]]) -> list[bytes]
     rejected = []
     for entry_id, row in fresh.values():
         try:
-            _usage_store([row])
+            _usage_write([row])
         except IntegrityError:
             rejected.append(entry_id)
     return rejected
@@ -246,71 +239,20 @@ def _check_constraints_now() -> None:
             cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
 
 
-def _ensure_group(client) -> None:
-    try:
-        client.xgroup_create(ledger.stream_key(), ledger.GROUP, id="0", mkstream=True)
-    except ResponseError as exc:
-        if "BUSYGROUP" not in str(exc):
-            raise
-
-
-def usage_flush(*, consumer: str = "flusher", batch_size: int = USAGE_FLUSH_BATCH) -> int:
-    """Move buffered usage events into PostgreSQL; return how many left the buffer.
-
-    Entries this consumer read earlier but could not store (the database was down) are
-    retried first; an entry is acknowledged and deleted only after its row is committed.
-    One flush runs at a time across all Celery workers; a second call returns 0 at once.
-    """
-    client = sync_redis()
-    lock = client.lock(rkey("usage", "flush-lock"), timeout=USAGE_FLUSH_LOCK_SECONDS)
-    if not lock.acquire(blocking=False):
-        return 0
-    try:
-        return _usage_flush_rounds(client, consumer=consumer, batch_size=batch_size)
-    finally:
-        lock.release()
-
-
-def _usage_flush_rounds(client, *, consumer: str, batch_size: int) -> int:
-    _ensure_group(client)
-    stored = 0
-    for _ in range(USAGE_FLUSH_MAX_ROUNDS):
-        # "0" re-reads this consumer's unacknowledged entries; ">" takes new ones.
-        response = client.xreadgroup(
-            ledger.GROUP, consumer, {ledger.stream_key(): "0"}, count=batch_size
-        )
-        entries = response[0][1] if response else []
-        if not entries:
-            response = client.xreadgroup(
-                ledger.GROUP, consumer, {ledger.stream_key(): ">"}, count=batch_size
-            )
-            entries = response[0][1] if response else []
-        if not entries:
-            break
-        decoded = []
-        dead: list[tuple[bytes, bytes]] = []
-        for entry_id, fields in entries:
-            raw = fields.get(ledger.FIELD)
-            try:
-                decoded.append((entry_id, ledger.UsageEvent.decode(raw)))
-            except (TypeError, ValueError):
-                dead.append((entry_id, raw or b""))
+def _usage_store(pairs: list[tuple[bytes, bytes]]) -> list[bytes]:
+    """Store usage events drained from the buffer; return the ids that can never be stored."""
+    decoded = []
+    unreadable = []
+    for entry_id, payload in pairs:
         try:
-            rejected = set(_usage_insert(decoded))
-        except DatabaseError:
-            logger.warning("usage flush: database unavailable; %d events wait", len(entries))
-            break
-        dead.extend((entry_id, e.encode()) for entry_id, e in decoded if entry_id in rejected)
-        ids = [entry_id for entry_id, _ in entries]
-        pipe = client.pipeline(transaction=True)
-        for entry_id, raw in dead:
-            pipe.xadd(ledger.dead_letter_key(), {ledger.FIELD: raw, b"id": entry_id})
-        pipe.xack(ledger.stream_key(), ledger.GROUP, *ids)
-        pipe.xdel(ledger.stream_key(), *ids)
-        pipe.execute()
-        if dead:
-            logger.error("usage flush: %d events moved to the dead-letter stream", len(dead))
-        stored += len(entries) - len(dead)
-        if len(entries) < batch_size:
-            break
-    return stored
+            decoded.append((entry_id, ledger.UsageEvent.decode(payload)))
+        except (TypeError, ValueError):
+            unreadable.append(entry_id)
+    return unreadable + _usage_insert(decoded)
+
+
+def usage_flush(*, consumer: str = "flusher", batch_size: int = streams.BATCH) -> int:
+    """Move buffered usage events into PostgreSQL; return how many left the buffer."""
+    return streams.drain(
+        ledger.USAGE_STREAM, _usage_store, consumer=consumer, batch_size=batch_size
+    )

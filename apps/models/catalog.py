@@ -8,14 +8,27 @@ from apps.models.tokenizers import PromptCounter
 
 
 @dataclass(frozen=True, slots=True)
+class VersionEntry:
+    id: int
+    tag: str
+    is_stable: bool
+    canary_percent: float
+
+
+@dataclass(frozen=True, slots=True)
 class ModelEntry:
     id: int
     name: str
     owned_by: str
     created: int
     max_context_tokens: int
-    version_tags: dict[int, str]
+    versions: dict[int, VersionEntry]
     counter: PromptCounter | None
+    sla_ttft_p95_ms: int | None = None
+    sla_latency_p95_ms: int | None = None
+
+    def canaries(self) -> list[VersionEntry]:
+        return [v for v in self.versions.values() if not v.is_stable and v.canary_percent > 0]
 
 
 @dataclass(frozen=True, slots=True)

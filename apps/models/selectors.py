@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from apps.models.catalog import Catalog, ModelEntry
+from apps.models.catalog import Catalog, ModelEntry, VersionEntry
 from apps.models.models import LlmModel, Tokenizer
 from apps.models.tokenizers import PromptCounter
 
@@ -46,7 +46,17 @@ def catalog_load(*, version: int, previous: Catalog | None = None) -> Catalog:
             owned_by=model.owned_by,
             created=int(model.created_at.timestamp()),
             max_context_tokens=model.max_context_tokens,
-            version_tags={v.id: v.tag for v in versions},
+            versions={
+                v.id: VersionEntry(
+                    id=v.id,
+                    tag=v.tag,
+                    is_stable=v.is_stable,
+                    canary_percent=float(v.canary_percent),
+                )
+                for v in versions
+            },
             counter=counter,
+            sla_ttft_p95_ms=model.sla_ttft_p95_ms,
+            sla_latency_p95_ms=model.sla_latency_p95_ms,
         )
     return Catalog(version=version, models=models, counters=counters)

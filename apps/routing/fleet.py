@@ -10,12 +10,12 @@ from apps.hardware.fleet import NodeSnapshot, now
 class FleetView:
     """Nodes by model, plus the requests this process has in flight on each node.
 
-    The heartbeat load is up to a refresh interval old; counting our own in-flight requests on
-    top keeps a burst from piling onto the node that looked idle at the last refresh.
+    The heartbeat load is up to a heartbeat interval old; counting our own in-flight requests
+    on top keeps a burst from piling onto the node that looked idle at the last refresh.
     """
 
     def __init__(self, *, stale_after: float) -> None:
-        self._stale_after = stale_after
+        self.stale_after = stale_after
         self._by_model: dict[str, list[NodeSnapshot]] = {}
         self.inflight: defaultdict[int, int] = defaultdict(int)
 
@@ -25,23 +25,25 @@ class FleetView:
         for value in raw.values():
             node = NodeSnapshot.decode(value)
             by_model[node.model].append(node)
+        for nodes in by_model.values():
+            nodes.sort(key=lambda node: node.id)
         self._by_model = dict(by_model)
+
+    def nodes(self, model: str) -> list[NodeSnapshot]:
+        """Every node registered for `model`, live or not."""
+        return self._by_model.get(model, [])
 
     def live_nodes(self, model: str) -> list[NodeSnapshot]:
         """Nodes serving `model` that are up and have sent a recent heartbeat."""
         t = now()
-        return [
-            n
-            for n in self._by_model.get(model, ())
-            if n.is_live(now=t, stale_after=self._stale_after)
-        ]
+        return [n for n in self.nodes(model) if n.is_live(now=t, stale_after=self.stale_after)]
 
     def live_models(self) -> set[str]:
         t = now()
         return {
             model
             for model, nodes in self._by_model.items()
-            if any(n.is_live(now=t, stale_after=self._stale_after) for n in nodes)
+            if any(n.is_live(now=t, stale_after=self.stale_after) for n in nodes)
         }
 
     def kv_pressure(self, model: str) -> float | None:
@@ -50,3 +52,7 @@ class FleetView:
         if not nodes:
             return None
         return sum(node.kv_cache_usage for node in nodes) / len(nodes)
+
+    def queued(self, node: NodeSnapshot) -> int:
+        """Requests on a node: what it reported plus what this process sent since."""
+        return node.num_requests_running + node.num_requests_waiting + self.inflight[node.id]

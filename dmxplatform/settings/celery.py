@@ -24,7 +24,28 @@ DMX_USAGE_RETENTION_DAYS = env_int("DMX_USAGE_RETENTION_DAYS", 90, minimum=1)
 # How often each model's SLO and queue are evaluated for autoscaling, seconds.
 DMX_SLO_EVALUATION_SECONDS = env_float("DMX_SLO_EVALUATION_SECONDS", 60.0, minimum=1.0)
 
+# When the routing table's weights are recomputed from the day's usage, UTC.
+DMX_ROUTING_WEIGHTS_HOUR_UTC = env_int("DMX_ROUTING_WEIGHTS_HOUR_UTC", 2, minimum=0)
+# How often canaries are judged, and routing decisions moved to the database, seconds.
+DMX_CANARY_EVALUATION_SECONDS = env_float("DMX_CANARY_EVALUATION_SECONDS", 60.0, minimum=1.0)
+
 CELERY_BEAT_SCHEDULE = {
+    "routing-weights": {
+        "task": "apps.routing.tasks.weights_recompute_task",
+        "schedule": crontab(hour=DMX_ROUTING_WEIGHTS_HOUR_UTC, minute=0),
+    },
+    "canaries-evaluate": {
+        "task": "apps.routing.tasks.canaries_evaluate_task",
+        "schedule": DMX_CANARY_EVALUATION_SECONDS,
+    },
+    "decisions-flush": {
+        "task": "apps.routing.tasks.decisions_flush_task",
+        "schedule": DMX_USAGE_FLUSH_SECONDS,
+    },
+    "decisions-prune": {
+        "task": "apps.routing.tasks.decisions_prune_task",
+        "schedule": crontab(hour=3, minute=45),
+    },
     "slo-evaluate": {
         "task": "apps.routing.scaling.tasks.slo_evaluate_task",
         "schedule": DMX_SLO_EVALUATION_SECONDS,

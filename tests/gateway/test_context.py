@@ -17,7 +17,7 @@ MODEL = ModelEntry(
     owned_by="dmx",
     created=0,
     max_context_tokens=1000,
-    version_tags={1: "v1"},
+    versions={},
     counter=None,
 )
 

@@ -7,6 +7,7 @@ import pytest
 from django.db import OperationalError
 
 from apps.keys import ledger, services
+from dmxplatform import streams
 from apps.keys.models import UsageRecord
 from apps.keys.services import usage_flush
 from dmxplatform.redis_client import sync_redis
@@ -40,7 +41,7 @@ def event(key, **overrides) -> ledger.UsageEvent:
 
 def append(*events: ledger.UsageEvent) -> None:
     for e in events:
-        sync_redis().xadd(ledger.stream_key(), {ledger.FIELD: e.encode()})
+        sync_redis().xadd(ledger.stream_key(), {streams.FIELD: e.encode()})
 
 
 def test_flush_moves_events_into_records_and_empties_the_stream():
@@ -76,7 +77,7 @@ def test_events_wait_in_redis_while_the_database_fails(monkeypatch):
     monkeypatch.setattr(services, "_usage_insert", database_down)
     assert usage_flush() == 0
     # Read but unacknowledged: pending for this consumer, still in the stream.
-    assert sync_redis().xpending(ledger.stream_key(), ledger.GROUP)["pending"] == 1
+    assert sync_redis().xpending(ledger.stream_key(), streams.GROUP)["pending"] == 1
     monkeypatch.undo()
     assert usage_flush() == 1
     assert UsageRecord.objects.filter(request_id=waiting.request_id).exists()
@@ -89,14 +90,14 @@ def test_an_event_that_can_never_be_stored_goes_to_the_dead_letter_stream():
     append(good, orphan)
     usage_flush()
     assert UsageRecord.objects.filter(request_id=good.request_id).exists()
-    dead = sync_redis().xrange(ledger.dead_letter_key())
+    dead = sync_redis().xrange(ledger.USAGE_STREAM.dead_letter_key())
     assert len(dead) == 1
-    assert ledger.UsageEvent.decode(dead[0][1][ledger.FIELD]).request_id == orphan.request_id
+    assert ledger.UsageEvent.decode(dead[0][1][streams.FIELD]).request_id == orphan.request_id
     assert sync_redis().xlen(ledger.stream_key()) == 0
 
 
 def test_a_second_flush_while_one_runs_returns_at_once():
-    lock = sync_redis().lock(services.rkey("usage", "flush-lock"), timeout=5)
+    lock = sync_redis().lock(ledger.USAGE_STREAM.lock_key(), timeout=5)
     assert lock.acquire(blocking=False)
     try:
         key, _ = make_api_key()

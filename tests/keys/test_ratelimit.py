@@ -5,6 +5,7 @@ from datetime import UTC, datetime
 import pytest
 
 from apps.keys import ledger
+from dmxplatform import streams
 from apps.keys.keycache import KeyRecord, Limits, Quota
 from apps.keys.ratelimit import Limiter, Meter, format_duration, period_bounds, rules_for
 from dmxplatform.redis_client import sync_redis
@@ -91,7 +92,7 @@ def test_concurrency_slots_are_freed_by_settle():
         first = await limiter.admit("req_1", rules)
         second = await limiter.admit("req_2", rules)
         third = await limiter.admit("req_3", rules)
-        await limiter.settle("req_1", first.rules, refund=0, event=b"{}")
+        await limiter.settle("req_1", first.rules, refund=0, events=[])
         fourth = await limiter.admit("req_4", rules)
         return first, second, third, fourth
 
@@ -110,7 +111,8 @@ def test_settle_refunds_tokens_and_appends_the_usage_event():
         rules = rules_for(record, model="m", tokens=400)
         admitted = await limiter.admit("req_a", rules)
         await limiter.settle(
-            "req_a", admitted.rules, refund=400 - 120, event=b'{"request_id": "req_a"}'
+            "req_a", admitted.rules, refund=400 - 120,
+            events=[(ledger.stream_key(), b'{"request_id": "req_a"}')],
         )
         after = await limiter.admit("req_b", rules_for(record, model="m", tokens=10))
         return after
@@ -121,7 +123,7 @@ def test_settle_refunds_tokens_and_appends_the_usage_event():
     assert 869 <= state[Meter.TOKENS][0] <= 871
     assert state[Meter.QUOTA][0] == 5000 - 120 - 10
     events = sync_redis().xrange(ledger.stream_key())
-    assert [e[1][ledger.FIELD] for e in events] == [b'{"request_id": "req_a"}']
+    assert [e[1][streams.FIELD] for e in events] == [b'{"request_id": "req_a"}']
 
 
 def test_quota_exhaustion_says_when_it_renews():

@@ -1,17 +1,19 @@
--- Settle a finished request and record its usage, atomically, in one round trip.
+-- Settle a finished request and append its events, atomically, in one round trip.
 --
--- KEYS[1 .. n]  the rule keys the request was admitted with; KEYS[n + 1] the usage stream
--- ARGV[1]       the request id
--- ARGV[2]       tokens to give back: reserved minus used (negative when it used more)
--- ARGV[3]       the usage event, appended to the stream
--- ARGV[4+3(i-1) .. 6+3(i-1)]  rule i: kind, limit, param (as in admit.lua)
+-- KEYS[1 .. n]   the rule keys the request was admitted with
+-- KEYS[n + 1 ..] durable streams (dmxplatform.streams) to append to
+-- ARGV[1]        the request id
+-- ARGV[2]        tokens to give back: reserved minus used (negative when it used more)
+-- ARGV[3]        n, the number of rules
+-- ARGV[4 .. 3 + 3n]  rule i: kind, limit, param (as in admit.lua)
+-- ARGV[4 + 3n ..]    one payload per stream, in KEYS order
 -- Token buckets and quotas get the difference back; concurrency slots are freed. Request
 -- buckets are never refunded: the request happened.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local member = ARGV[1]
 local refund = tonumber(ARGV[2])
-local rules = #KEYS - 1
+local rules = tonumber(ARGV[3])
 
 for i = 1, rules do
   local base = 4 + (i - 1) * 3
@@ -35,4 +37,8 @@ for i = 1, rules do
   end
 end
 
-return redis.call('XADD', KEYS[rules + 1], '*', 'e', ARGV[3])
+local first_payload = 4 + 3 * rules
+for i = rules + 1, #KEYS do
+  redis.call('XADD', KEYS[i], '*', 'e', ARGV[first_payload + i - rules - 1])
+end
+return 1

@@ -107,4 +107,3 @@ class CanaryEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.version} {self.action}"
-

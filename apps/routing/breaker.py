@@ -1,0 +1,98 @@
+"""Circuit breakers per node, shared by every gateway replica through Redis.
+
+Closed: traffic flows; consecutive failures (errors, timeouts, a first token later than
+DMX_BREAKER_SLOW_TTFT_SECONDS) are counted. At DMX_BREAKER_FAILURES it opens: no traffic. After
+the cooldown it is half-open: the one gateway request that takes the probe key goes through;
+its success closes the breaker, its failure opens it again. Gateways read every breaker with
+their periodic state refresh; outcomes are written only when they change something (a failure,
+or a success on a node with failures), so healthy traffic costs no Redis write.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+import redis.asyncio as aioredis
+from django.conf import settings
+
+from dmxplatform.redis_client import rkey
+
+_LUA = (Path(__file__).parent / "lua" / "breaker.lua").read_text()
+
+
+class BreakerState(StrEnum):
+    CLOSED = "closed"
+    OPEN = "open"
+    HALF_OPEN = "half_open"
+
+
+def breakers_key() -> str:
+    return rkey("breakers")
+
+
+def probe_key(node_id: int) -> str:
+    return rkey("breaker-probe", node_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Breaker:
+    state: str  # as stored: "closed" or "open"
+    failures: int
+    opened_at: float  # seconds
+
+    @classmethod
+    def parse(cls, raw: bytes) -> Breaker:
+        state, failures, opened_ms = raw.decode().split()
+        return cls(state=state, failures=int(failures), opened_at=int(opened_ms) / 1000)
+
+    def current(self, now: float, cooldown: float) -> BreakerState:
+        if self.state != BreakerState.OPEN:
+            return BreakerState.CLOSED
+        return BreakerState.OPEN if now - self.opened_at < cooldown else BreakerState.HALF_OPEN
+
+
+CLOSED = Breaker(state=BreakerState.CLOSED, failures=0, opened_at=0.0)
+
+
+class BreakerBoard:
+    """One gateway process's view of every breaker, and the writes that change them."""
+
+    def __init__(self, redis: aioredis.Redis) -> None:
+        self._redis = redis
+        self._record = redis.register_script(_LUA)
+        self._breakers: dict[int, Breaker] = {}
+
+    def replace(self, raw: dict[bytes, bytes]) -> None:
+        self._breakers = {int(node): Breaker.parse(value) for node, value in raw.items()}
+
+    def get(self, node_id: int) -> Breaker:
+        return self._breakers.get(node_id, CLOSED)
+
+    def state(self, node_id: int, now: float | None = None) -> BreakerState:
+        return self.get(node_id).current(
+            time.time() if now is None else now, settings.DMX_BREAKER_COOLDOWN_SECONDS
+        )
+
+    async def try_probe(self, node_id: int) -> bool:
+        """Take the half-open node's single probe; False when another request has it."""
+        ttl_ms = int(settings.DMX_BREAKER_COOLDOWN_SECONDS * 1000)
+        return bool(await self._redis.set(probe_key(node_id), 1, nx=True, px=ttl_ms))
+
+    async def record(self, node_id: int, *, failed: bool) -> None:
+        """Count an outcome; a success on a clean breaker is not worth a round trip."""
+        breaker = self.get(node_id)
+        if not failed and breaker.state == BreakerState.CLOSED and breaker.failures == 0:
+            return
+        result = await self._record(
+            keys=[breakers_key(), probe_key(node_id)],
+            args=[node_id, 1 if failed else 0, settings.DMX_BREAKER_FAILURES],
+        )
+        state, *rest = result.decode().split()
+        self._breakers[node_id] = (
+            Breaker(state=state, failures=breaker.failures + 1, opened_at=int(rest[0]) / 1000)
+            if state == BreakerState.OPEN
+            else Breaker(state=state, failures=breaker.failures + 1 if failed else 0, opened_at=0.0)
+        )

@@ -1,0 +1,138 @@
+"""Reads for routing: the routing table, canary figures, the usage behind nightly weights."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db.models import QuerySet
+
+from apps.hardware.models import Node
+from apps.hardware.resources import summarize
+from apps.keys.choices import UsageStatus
+from apps.keys.models import UsageRecord
+from apps.models.models import ModelVersion
+from apps.routing.models import RoutingRule
+from apps.routing.table import Route, RoutingTable
+
+
+def routing_table_load(*, version: int) -> RoutingTable:
+    """The active rules by alias and intent, heaviest first."""
+    aliases: dict[str, dict[str, list[Route]]] = defaultdict(lambda: defaultdict(list))
+    rules = RoutingRule.objects.filter(is_active=True, model__is_active=True).select_related(
+        "model"
+    )
+    for rule in rules.order_by("alias", "intent", "-weight", "id"):
+        aliases[rule.alias][rule.intent].append(
+            Route(
+                model=rule.model.name,
+                weight=rule.weight,
+                preferred_profiles=frozenset(rule.hardware_preference or ()),
+            )
+        )
+    return RoutingTable(
+        version=version,
+        aliases={
+            alias: {i: tuple(r) for i, r in intents.items()} for alias, intents in aliases.items()
+        },
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class VersionFigures:
+    requests: int
+    errors: int
+    latency_p95_ms: float | None
+
+    @property
+    def error_rate(self) -> float:
+        return self.errors / self.requests if self.requests else 0.0
+
+    def as_dict(self) -> dict:
+        return {
+            "requests": self.requests,
+            "errors": self.errors,
+            "error_rate": round(self.error_rate, 4),
+            "latency_p95_ms": self.latency_p95_ms,
+        }
+
+
+def p95(values: list[float]) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.95 * len(ordered)))]
+
+
+def served_records(*, model: str, since: datetime) -> QuerySet[UsageRecord]:
+    """Requests that reached a node: refusals before routing say nothing about a version."""
+    return UsageRecord.objects.filter(model=model, created_at__gte=since).exclude(
+        status=UsageStatus.REJECTED, node=""
+    )
+
+
+def version_figures(*, version: ModelVersion, since: datetime) -> VersionFigures:
+    """Requests, upstream failures and P95 latency of one version since a moment."""
+    rows = list(
+        served_records(model=version.model.name, since=since)
+        .filter(model_version=version.tag)
+        .values_list("status", "duration_ms")
+    )
+    errors = sum(1 for status, _ in rows if status == UsageStatus.UPSTREAM_ERROR)
+    latencies = [duration for status, duration in rows if status == UsageStatus.OK]
+    return VersionFigures(requests=len(rows), errors=errors, latency_p95_ms=p95(latencies))
+
+
+def node_hourly_prices() -> dict[str, float]:
+    """USD per hour of each node, by name: its profile's price for each of its GPUs."""
+    prices = {}
+    for node in Node.objects.select_related("profile"):
+        summary = summarize(node.resources)
+        gpus = max(int(summary.get("gpu_count", 0)), 1)
+        if node.profile is not None:
+            prices[node.name] = float(node.profile.hourly_price_usd) * gpus
+        else:
+            prices[node.name] = float(summary.get("hourly_price_usd", 0.0))
+    return prices
+
+
+@dataclass(frozen=True, slots=True)
+class RouteFigures:
+    """What a routing rule's model did for its intent over a window."""
+
+    requests: int
+    errors: int
+    latency_p95_ms: float | None
+    cost_per_1k_tokens: float | None
+
+    def as_dict(self) -> dict:
+        return {
+            "requests": self.requests,
+            "errors": self.errors,
+            "latency_p95_ms": self.latency_p95_ms,
+            "cost_per_1k_tokens": (
+                round(self.cost_per_1k_tokens, 6) if self.cost_per_1k_tokens is not None else None
+            ),
+        }
+
+
+def route_figures(
+    *, rule: RoutingRule, since: datetime, until: datetime, prices: dict[str, float]
+) -> RouteFigures:
+    records = served_records(model=rule.model.name, since=since).filter(created_at__lt=until)
+    if rule.intent:
+        records = records.filter(intent=rule.intent)
+    rows = list(
+        records.values_list("status", "duration_ms", "node", "prompt_tokens", "completion_tokens")
+    )
+    errors = sum(1 for row in rows if row[0] == UsageStatus.UPSTREAM_ERROR)
+    latencies = [row[1] for row in rows if row[0] == UsageStatus.OK]
+    # GPU time priced per request, as if unbatched: pessimistic, but alike for every model,
+    # which is what comparing them needs.
+    spent = sum(prices.get(node, 0.0) * duration / 3_600_000 for _, duration, node, _, _ in rows)
+    tokens = sum(prompt + completion for *_, prompt, completion in rows)
+    cost = spent / (tokens / 1000) if tokens and spent else None
+    return RouteFigures(
+        requests=len(rows), errors=errors, latency_p95_ms=p95(latencies), cost_per_1k_tokens=cost
+    )

@@ -1,0 +1,294 @@
+"""Writes for routing: the table, canaries, breakers, the decision log, nightly weights."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from apps.models.models import ModelVersion
+from apps.models.services import catalog_invalidate
+from apps.routing.breaker import breakers_key, probe_key
+from apps.routing.choices import CanaryAction, RecomputationStatus
+from apps.routing.decisions import DECISION_STREAM, DecisionEvent
+from apps.routing.models import CanaryEvent, RoutingDecision, RoutingRule, WeightRecomputation
+from apps.routing.selectors import (
+    VersionFigures,
+    node_hourly_prices,
+    route_figures,
+    version_figures,
+)
+from dmxplatform import streams
+from dmxplatform.redis_client import rkey, sync_redis
+
+logger = logging.getLogger(__name__)
+
+ROUTING_TABLE_VERSION_KEY = ("routing", "version")
+# A rule's new weight moves halfway from the old to what the figures say: one bad night cannot
+# swing the table, a lasting difference still shows within days.
+WEIGHT_SMOOTHING = 0.5
+# Rules with fewer requests than this in the window keep their weight: too little evidence.
+WEIGHT_MIN_REQUESTS = 50
+WEIGHT_WINDOW = timedelta(hours=24)
+
+
+def routing_table_invalidate() -> None:
+    """Tell every gateway to reload the routing table once the transaction commits."""
+    transaction.on_commit(lambda: sync_redis().incr(rkey(*ROUTING_TABLE_VERSION_KEY)))
+
+
+def routing_rule_save(*, rule: RoutingRule) -> RoutingRule:
+    rule.full_clean()
+    rule.save()
+    routing_table_invalidate()
+    return rule
+
+
+def breaker_reset(*, node_id: int) -> None:
+    """Close a node's breaker by hand; gateways pick it up at their next refresh."""
+    client = sync_redis()
+    client.hdel(breakers_key(), str(node_id))
+    client.delete(probe_key(node_id))
+
+
+# Canaries --------------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def canary_start(*, version: ModelVersion, percent: float) -> ModelVersion:
+    """Send `percent` of the model's traffic to a version that is not stable."""
+    version.is_stable = False
+    version.canary_percent = percent
+    version.canary_started_at = timezone.now()
+    version.full_clean()
+    version.save(update_fields=["is_stable", "canary_percent", "canary_started_at"])
+    catalog_invalidate()
+    return version
+
+
+@transaction.atomic
+def canary_promote(
+    *, version: ModelVersion, figures: dict, automatic: bool, operator=None
+) -> CanaryEvent:
+    """Make a canary the model's only stable version."""
+    ModelVersion.objects.filter(model=version.model, is_stable=True).exclude(id=version.id).update(
+        is_stable=False
+    )
+    version.is_stable = True
+    version.canary_percent = 0
+    version.save(update_fields=["is_stable", "canary_percent"])
+    catalog_invalidate()
+    return CanaryEvent.objects.create(
+        version=version,
+        action=CanaryAction.PROMOTE,
+        automatic=automatic,
+        figures=figures,
+        operator=operator,
+    )
+
+
+@transaction.atomic
+def canary_rollback(
+    *, version: ModelVersion, figures: dict, automatic: bool, operator=None
+) -> CanaryEvent:
+    """Take all traffic off a canary; its nodes stay up for an operator to inspect."""
+    version.canary_percent = 0
+    version.save(update_fields=["canary_percent"])
+    catalog_invalidate()
+    return CanaryEvent.objects.create(
+        version=version,
+        action=CanaryAction.ROLLBACK,
+        automatic=automatic,
+        figures=figures,
+        operator=operator,
+    )
+
+
+def _stable_figures(version: ModelVersion, since: datetime) -> VersionFigures:
+    parts = [
+        version_figures(version=stable, since=since)
+        for stable in ModelVersion.objects.filter(model=version.model, is_stable=True)
+    ]
+    latencies = [p.latency_p95_ms for p in parts if p.latency_p95_ms is not None]
+    return VersionFigures(
+        requests=sum(p.requests for p in parts),
+        errors=sum(p.errors for p in parts),
+        latency_p95_ms=max(latencies) if latencies else None,
+    )
+
+
+def canary_evaluate(*, version_id: int) -> CanaryEvent | None:
+    """Promote or roll back a canary once it has served enough requests.
+
+    Promote when its P95 latency is within the model's target (or, without a target, no worse
+    than the stable versions' by more than a tenth) and its error rate no worse than theirs
+    plus DMX_CANARY_ERROR_TOLERANCE; otherwise roll back. Before DMX_CANARY_MIN_REQUESTS,
+    nothing.
+    """
+    version = ModelVersion.objects.select_related("model").get(id=version_id)
+    if not version.is_canary or version.canary_started_at is None:
+        return None
+    canary = version_figures(version=version, since=version.canary_started_at)
+    if canary.requests < settings.DMX_CANARY_MIN_REQUESTS:
+        return None
+    stable = _stable_figures(version, version.canary_started_at)
+    target = version.model.sla_latency_p95_ms or (
+        stable.latency_p95_ms * 1.1 if stable.latency_p95_ms else None
+    )
+    fast_enough = target is None or (
+        canary.latency_p95_ms is not None and canary.latency_p95_ms <= target
+    )
+    reliable = canary.error_rate <= stable.error_rate + settings.DMX_CANARY_ERROR_TOLERANCE
+    figures = {
+        "canary": canary.as_dict(),
+        "stable": stable.as_dict(),
+        "latency_target_ms": target,
+        "error_tolerance": settings.DMX_CANARY_ERROR_TOLERANCE,
+    }
+    if fast_enough and reliable:
+        return canary_promote(version=version, figures=figures, automatic=True)
+    return canary_rollback(version=version, figures=figures, automatic=True)
+
+
+# The decision log ------------------------------------------------------------------------------
+
+
+def _decision_store(pairs: list[tuple[bytes, bytes]]) -> list[bytes]:
+    rows, unreadable = [], []
+    for entry_id, payload in pairs:
+        try:
+            event = DecisionEvent.decode(payload)
+        except (TypeError, ValueError):
+            unreadable.append(entry_id)
+            continue
+        rows.append(
+            RoutingDecision(
+                request_id=event.request_id,
+                created_at=datetime.fromtimestamp(event.created_at, tz=UTC),
+                requested_model=event.requested_model,
+                model=event.model,
+                intent=event.intent,
+                priority=event.priority,
+                outcome=event.outcome,
+                chosen_node=event.chosen_node,
+                chosen_version=event.chosen_version,
+                candidates={
+                    "pool": event.pool,
+                    "fallback": event.fallback,
+                    "nodes": event.candidates,
+                },
+                waited_ms=event.waited_ms,
+                decision_us=event.decision_us,
+            )
+        )
+    try:
+        RoutingDecision.objects.bulk_create(rows, ignore_conflicts=True)
+    except IntegrityError:
+        logger.exception("routing decisions could not be stored")
+        return [entry_id for entry_id, _ in pairs]
+    return unreadable
+
+
+def decisions_flush() -> int:
+    """Move buffered routing decisions into the database."""
+    return streams.drain(DECISION_STREAM, _decision_store)
+
+
+def decisions_prune(*, older_than_days: int) -> int:
+    cutoff = timezone.now() - timedelta(days=older_than_days)
+    return RoutingDecision.objects.filter(created_at__lt=cutoff).delete()[0]
+
+
+# Nightly weights -------------------------------------------------------------------------------
+
+
+def _value(figures, best_latency: float | None, sla_ms: int | None) -> float:
+    """What a route is worth per unit of money: success * speed ÷ cost (see weights_recompute)."""
+    success = 1.0 - figures.errors / figures.requests
+    target = sla_ms or best_latency
+    speed = 1.0
+    if target and figures.latency_p95_ms:
+        speed = min(1.0, target / figures.latency_p95_ms)
+    return success * speed / (figures.cost_per_1k_tokens or 1.0)
+
+
+def weights_recompute(*, now: datetime | None = None) -> WeightRecomputation:
+    """Recompute every routing rule's weight from the last 24 hours of usage.
+
+    For each rule with at least WEIGHT_MIN_REQUESTS requests of its model (and intent):
+        value  = success rate * min(1, latency target / P95 latency) / cost per 1K tokens
+    where the latency target is the model's SLA, or the best P95 among the rules it competes
+    with (same alias and intent), and the cost is GPU time at the nodes' hourly prices over the
+    tokens served (1 when unknown, so cost then drops out). Within each alias and intent the
+    targets are the values rescaled to keep the group's total weight, and each new weight is
+        new = (1 - WEIGHT_SMOOTHING) * old + WEIGHT_SMOOTHING * target.
+    Applied at once with DMX_ROUTING_WEIGHTS_AUTO_APPLY, otherwise proposed for approval.
+    """
+    until = now or timezone.now()
+    since = until - WEIGHT_WINDOW
+    prices = node_hourly_prices()
+    groups: dict[tuple[str, str], list[RoutingRule]] = defaultdict(list)
+    for rule in RoutingRule.objects.filter(is_active=True).select_related("model"):
+        groups[(rule.alias, rule.intent)].append(rule)
+    changes = []
+    for rules in groups.values():
+        figures = {
+            rule.id: route_figures(rule=rule, since=since, until=until, prices=prices)
+            for rule in rules
+        }
+        judged = [rule for rule in rules if figures[rule.id].requests >= WEIGHT_MIN_REQUESTS]
+        latencies = [f.latency_p95_ms for f in figures.values() if f.latency_p95_ms]
+        best = min(latencies) if latencies else None
+        values = {
+            rule.id: _value(figures[rule.id], best, rule.model.sla_latency_p95_ms)
+            for rule in judged
+        }
+        budget = sum(rule.weight for rule in judged)
+        total_value = sum(values.values())
+        for rule in rules:
+            new = rule.weight
+            if rule.id in values and total_value > 0:
+                target = budget * values[rule.id] / total_value
+                new = round((1 - WEIGHT_SMOOTHING) * rule.weight + WEIGHT_SMOOTHING * target, 4)
+            changes.append(
+                {
+                    "rule": rule.id,
+                    "alias": rule.alias,
+                    "intent": rule.intent,
+                    "model": rule.model.name,
+                    "old": rule.weight,
+                    "new": new,
+                    "figures": figures[rule.id].as_dict(),
+                }
+            )
+    recomputation = WeightRecomputation.objects.create(
+        window_start=since, window_end=until, status=RecomputationStatus.PROPOSED, changes=changes
+    )
+    if settings.DMX_ROUTING_WEIGHTS_AUTO_APPLY:
+        weights_apply(recomputation=recomputation)
+    return recomputation
+
+
+@transaction.atomic
+def weights_apply(*, recomputation: WeightRecomputation, operator=None) -> WeightRecomputation:
+    """Write a recomputation's weights into the routing table."""
+    for change in recomputation.changes:
+        RoutingRule.objects.filter(id=change["rule"]).update(weight=change["new"])
+    recomputation.status = RecomputationStatus.APPLIED
+    recomputation.decided_at = timezone.now()
+    recomputation.decided_by = operator
+    recomputation.save(update_fields=["status", "decided_at", "decided_by"])
+    routing_table_invalidate()
+    return recomputation
+
+
+def weights_reject(*, recomputation: WeightRecomputation, operator=None) -> WeightRecomputation:
+    recomputation.status = RecomputationStatus.REJECTED
+    recomputation.decided_at = timezone.now()
+    recomputation.decided_by = operator
+    recomputation.save(update_fields=["status", "decided_at", "decided_by"])
+    return recomputation

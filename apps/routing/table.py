@@ -1,0 +1,42 @@
+"""The routing table in memory: an alias (e.g. "auto") resolved to a model for an intent."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    model: str
+    weight: float
+    preferred_profiles: frozenset[str]
+
+
+@dataclass(frozen=True, slots=True)
+class RoutingTable:
+    version: int = -1
+    # alias -> intent ("" for any) -> routes
+    aliases: dict[str, dict[str, tuple[Route, ...]]] = field(default_factory=dict)
+
+    def is_alias(self, name: str) -> bool:
+        return name in self.aliases
+
+    def resolve(self, alias: str, intent: str, request_id: str) -> Route | None:
+        """Pick a route for the intent (or the alias's catch-all), in proportion to the weights.
+
+        The pick is a function of the request id, so a retried or replayed request lands on the
+        same model, and the split over many requests follows the weights.
+        """
+        intents = self.aliases.get(alias)
+        if not intents:
+            return None
+        routes = [r for r in intents.get(intent) or intents.get("") or () if r.weight > 0]
+        if not routes:
+            return None
+        total = sum(route.weight for route in routes)
+        point = int(request_id[-12:-4], 16) / 0xFFFFFFFF * total
+        for route in routes:
+            point -= route.weight
+            if point < 0:
+                return route
+        return routes[-1]
