@@ -28,6 +28,8 @@ class EngineConfig:
     port: int
     run_dir: Path
     extra_args: list[str] = field(default_factory=list)
+    # Set for vLLM over the worker's own environment: the GPUs it may use.
+    env: dict[str, str] = field(default_factory=dict)
     # An OpenAI-compatible server someone else runs (a sidecar deployment, a benchmark's
     # stand-in): the worker registers it and reports its load, but never starts or stops it.
     attach_url: str | None = None
@@ -56,7 +58,7 @@ class EngineConfig:
 
     def environment(self) -> dict[str, str]:
         """vLLM's environment: its sockets, caches and temp files under the run directory."""
-        env = dict(os.environ)
+        env = {**os.environ, **self.env}
         for name in ("tmp", "cache", "rpc"):
             (self.run_dir / name).mkdir(parents=True, exist_ok=True)
         env.setdefault("VLLM_HOST_IP", self.host)

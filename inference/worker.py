@@ -3,10 +3,13 @@
     python -m inference.worker --model DIR_OR_HUB_ID --name NAME --version TAG \
         --platform-url http://gateway:8000 --node-token dmx-node-… [-- extra vLLM args]
 
-Starts vLLM's OpenAI-compatible server, waits until it is healthy, uploads the tokenizer if the
-platform lacks it, registers, then sends a heartbeat every few seconds with the engine's load
-and the hardware's state. On SIGTERM or SIGINT it reports itself draining, lets in-flight
-requests finish, stops the engine and reports itself down.
+Reads the node's GPUs (or CPU) and the model's shape, and starts vLLM with the engine arguments
+recommended for them (inference/hardware/engine_args.py; the operator's own vLLM arguments win
+flag by flag, and --no-recommend turns the recommendation off). Waits until vLLM is healthy,
+uploads the tokenizer if the platform lacks it, registers with the recommendation and the
+hardware view, then sends a heartbeat every few seconds with the engine's load and the
+hardware's state. On SIGTERM or SIGINT it reports itself draining, lets in-flight requests
+finish, stops the engine and reports itself down.
 """
 
 from __future__ import annotations
@@ -22,9 +25,18 @@ import time
 from pathlib import Path
 
 from inference.engine import Engine, EngineConfig, EngineError
-from inference.engine_metrics import engine_load
+from inference.engine_metrics import EngineMonitor
+from inference.hardware.detection import cpu_view, get_gpu_info
+from inference.hardware.engine_args import (
+    ModelShape,
+    ModelShapeError,
+    Recommendation,
+    operator_flags,
+    recommend,
+)
+from inference.hardware.nvml import NvmlBackend, open_backend
+from inference.hardware.view import NodeView
 from inference.platform_client import PlatformClient, PlatformError
-from inference.resources import cpu_view
 from inference.tokenizer_export import export_tokenizer
 from inference.wire import (
     EngineLoad,
@@ -105,6 +117,11 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument(
         "--drain-timeout", type=float, default=float(_env("DMX_DRAIN_TIMEOUT", "30"))
     )
+    parser.add_argument(
+        "--no-recommend",
+        action="store_true",
+        help="start vLLM with the arguments after `--` only, without the recommended ones",
+    )
     own, _, extra = _split_extra(argv)
     args = parser.parse_args(own)
     args.extra = extra
@@ -122,9 +139,41 @@ def _split_extra(argv: list[str]) -> tuple[list[str], str, list[str]]:
     return argv, "", []
 
 
+def _model_shape(model: str) -> ModelShape | None:
+    try:
+        return ModelShape.from_pretrained(model)
+    except (ModelShapeError, OSError, ValueError) as exc:
+        logger.warning(
+            "cannot read the shape of %s (%s): recommending GPU settings only", model, exc
+        )
+        return None
+
+
+def _visible_devices(view: NodeView, devices: list[int]) -> str:
+    """Return CUDA_VISIBLE_DEVICES naming these GPUs by UUID, which CUDA and NVML order alike."""
+    by_index = {gpu.index: gpu for gpu in view.gpus}
+    uuids = [by_index[index].uuid for index in devices]
+    return ",".join(uuids) if all(uuids) else ",".join(map(str, devices))
+
+
 class Worker:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
+        self.nvml: NvmlBackend | None = open_backend()
+        # The GPUs this worker may use: the operator's CUDA_VISIBLE_DEVICES, then the
+        # recommendation's choice among them.
+        self.visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+        self.recommendation: Recommendation | None = None
+        vllm_args, vllm_env = args.extra, {}
+        if not args.attach and not args.no_recommend:
+            view = self.hardware()
+            self.recommendation = recommend(
+                model=_model_shape(args.model), node=view, operator_argv=args.extra
+            )
+            vllm_args = self.recommendation.argv(args.extra)
+            devices = self.recommendation.devices
+            if view.kind == "gpu" and devices and len(devices) < len(view.gpus):
+                self.visible = vllm_env["CUDA_VISIBLE_DEVICES"] = _visible_devices(view, devices)
         self.engine = Engine(
             EngineConfig(
                 model=args.model,
@@ -132,7 +181,8 @@ class Worker:
                 host=args.host,
                 port=args.port,
                 run_dir=args.run_dir.resolve(),
-                extra_args=args.extra,
+                extra_args=vllm_args,
+                env=vllm_env,
                 attach_url=args.attach,
             )
         )
@@ -141,10 +191,29 @@ class Worker:
         self.accepted: RegistrationAccepted | None = None
         self.registration: Registration | None = None
         self.tokenizer: TokenizerUpload | None = None
+        self.monitor = EngineMonitor()
+
+    def hardware(self) -> NodeView:
+        """Return the GPUs this worker uses, as NVML sees them now, or the CPU."""
+        if self.nvml is None:
+            return cpu_view()
+        return get_gpu_info(backend=self.nvml, visible=self.visible)
+
+    def close(self) -> None:
+        if self.nvml is not None:
+            self.nvml.close()
+            self.nvml = None
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        if self.recommendation is not None:
+            logger.info("engine: %s", self.recommendation.summary)
+            if not self.recommendation.fits:
+                logger.error(
+                    "%s; pass --no-recommend to start vLLM anyway", self.recommendation.summary
+                )
+                return 1
         self.engine.start()
         try:
             self.engine.wait_healthy(self.args.start_timeout, cancelled=self.stopping)
@@ -182,8 +251,16 @@ class Worker:
             served_model_name=self.args.name,
             max_model_len=self.engine.max_model_len(),
             tokenizer_sha256=tokenizer_digest(upload) if upload else None,
-            resources=cpu_view(),
-            engine_args={"argv": self.engine.config.command()[3:]},
+            resources=self.hardware().to_dict(),
+            engine_args={
+                "argv": self.engine.config.command()[3:],
+                "recommendation": self.recommendation.to_dict() if self.recommendation else None,
+                # Gateways send request priorities only to engines that schedule by them.
+                "scheduling_policy": operator_flags(self.engine.config.extra_args).get(
+                    "--scheduling-policy"
+                )
+                or "fcfs",
+            },
         )
 
     def _register(self, registration: Registration) -> bool:
@@ -202,7 +279,7 @@ class Worker:
 
     def _load(self) -> EngineLoad:
         try:
-            return engine_load(self.engine.metrics_text())
+            return self.monitor.observe(self.engine.metrics_text(), now=time.monotonic())
         except OSError as exc:
             logger.warning("could not read vLLM metrics: %s", exc)
             return EngineLoad()
@@ -210,7 +287,7 @@ class Worker:
     def _report(self, status: str, load: EngineLoad) -> None:
         if self.accepted is None:
             return
-        heartbeat = Heartbeat(status=status, engine=load, resources=cpu_view())
+        heartbeat = Heartbeat(status=status, engine=load, resources=self.hardware().to_dict())
         try:
             self.platform.heartbeat(self.accepted.node_id, heartbeat)
         except PlatformError as exc:
@@ -238,7 +315,11 @@ class Worker:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    return Worker(parse_args(sys.argv[1:] if argv is None else argv)).run()
+    worker = Worker(parse_args(sys.argv[1:] if argv is None else argv))
+    try:
+        return worker.run()
+    finally:
+        worker.close()
 
 
 if __name__ == "__main__":

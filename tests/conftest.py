@@ -11,6 +11,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
+from apps.hardware.fleet import NodeSnapshot, fleet_key
 from dmxplatform.redis_client import sync_redis
 from tests import stack as stack_module
 from tests.faults import TcpProxy
@@ -41,8 +42,15 @@ def _clean_redis() -> None:
     sync_redis().flushdb()
 
 
-# Models the e2e stack serves, one worker each; the second exists to be killed.
+# Models the e2e stack serves; the second exists to be killed.
 SERVED_MODELS = ("dmx-tiny", "dmx-tiny-b")
+# The workers, by name: (model, version). dmx-tiny has two nodes, of two stable versions, so
+# routing has a choice to make (and canaries a version to split off).
+WORKERS = {
+    "dmx-tiny": ("dmx-tiny", "v1"),
+    "dmx-tiny-v2": ("dmx-tiny", "v2"),
+    "dmx-tiny-b": ("dmx-tiny-b", "v1"),
+}
 # In the catalog, never served: requests for it must get 503.
 UNSERVED_MODEL = "dmx-unserved"
 # In the catalog; tests register dead nodes for it.
@@ -71,6 +79,7 @@ class Seed:
 def e2e_seed() -> Seed:
     for name in (*SERVED_MODELS, UNSERVED_MODEL, BROKEN_MODEL):
         make_model(name, max_context_tokens=TINY_CONTEXT)
+    make_model(SERVED_MODELS[0], max_context_tokens=TINY_CONTEXT, version="v2")
     _, node_token = make_node_token("e2e")
     _, api_key = make_api_key(name="e2e")
     return Seed(node_token=node_token, api_key=api_key)
@@ -118,8 +127,8 @@ def platform(django_db_setup, django_db_blocker) -> Iterator[RunningPlatform]:
             stack.start_gateway()
         stack.start_celery()
         workers = {
-            name: stack.start_worker(model_name=name, node_token=seed.node_token)
-            for name in SERVED_MODELS
+            name: stack.start_worker(model_name=model, version=version, node_token=seed.node_token)
+            for name, (model, version) in WORKERS.items()
         }
         running = RunningPlatform(
             stack=stack,
@@ -129,7 +138,7 @@ def platform(django_db_setup, django_db_blocker) -> Iterator[RunningPlatform]:
             database=database,
         )
         for name, worker in workers.items():
-            wait_until_served(running, name, worker)
+            wait_until_served(running, WORKERS[name][0], worker)
         yield running
     finally:
         stack.stop()
@@ -137,11 +146,21 @@ def platform(django_db_setup, django_db_blocker) -> Iterator[RunningPlatform]:
 
 
 def wait_until_served(running: RunningPlatform, model: str, worker: stack_module.Worker) -> None:
-    """Block until the gateway lists `model`; fail with the worker's log if it dies first."""
+    """Block until the worker's node is live and the gateway lists `model`; fail with the
+    worker's log if it dies first."""
+
+    def node_live() -> bool:
+        for raw in sync_redis().hgetall(fleet_key()).values():
+            node = NodeSnapshot.decode(raw)
+            if node.name == worker.node_name:
+                return node.status == "up"
+        return False
 
     def served() -> bool:
         if not worker.alive():
             pytest.fail(f"worker for {model} exited:\n{worker.log_tail()}")
+        if not node_live():
+            return False
         reply = call("GET", running.api_url + "/models", key=running.api_key)
         return reply.status == 200 and any(m["id"] == model for m in reply.json()["data"])
 

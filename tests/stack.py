@@ -174,7 +174,7 @@ class Stack:
 
     def start_worker(self, *, model_name: str, node_token: str, version: str = "v1") -> Worker:
         port = free_port()
-        run_dir = ROOT / ".run" / "test-workers" / f"{model_name}-{port}"
+        run_dir = ROOT / ".run" / "test-workers" / f"{model_name}-{version}-{port}"
         argv = [
             str(WORKER_PYTHON),
             "-m",
@@ -211,6 +211,7 @@ class Stack:
         worker = Worker(f"worker-{model_name}-{port}", argv, env, run_dir)
         self._add(worker)
         worker.port = port
+        worker.node_name = f"test-{model_name}-{port}"
         return worker
 
     def stop(self) -> None:

@@ -73,21 +73,24 @@ def screen_prompt(content_filter: ContentFilter, request: CompletionRequest) -> 
 
 
 def affinity_key(request: CompletionRequest) -> int | None:
-    """A 64-bit key of the prompt's start: requests that share it share vLLM's prefix cache
-    when they land on the same node, so the router keeps them together."""
+    """A 64-bit key of the prompt's shared start: requests that share it share vLLM's prefix
+    cache when they land on the same node, so the router keeps them together.
+
+    For chat, the leading system (or developer) messages: what a product's requests have in
+    common; without them, the first message's start. For text, the prompt's start.
+    """
     limit = settings.DMX_ROUTE_AFFINITY_PREFIX_CHARS
     if request.endpoint is Endpoint.CHAT:
-        parts, size = [], 0
-        for message in request.payload["messages"]:
-            text = message_text(message.get("content"))
-            parts.append(text)
-            size += len(text)
-            if size >= limit:
+        messages = request.payload["messages"]
+        leading = []
+        for message in messages:
+            if message.get("role") not in ("system", "developer"):
                 break
-        prefix = "\x1e".join(parts)[:limit]
+            leading.append(message_text(message.get("content")))
+        prefix = "\x1e".join(leading) if leading else message_text(messages[0].get("content"))
     else:
         prompt = request.payload["prompt"]
-        prefix = prompt[:limit] if isinstance(prompt, str) else ""
+        prefix = prompt if isinstance(prompt, str) else ""
     if not prefix:
         return None
-    return int.from_bytes(hashlib.blake2b(prefix.encode(), digest_size=8).digest(), "big")
+    return int.from_bytes(hashlib.blake2b(prefix[:limit].encode(), digest_size=8).digest(), "big")

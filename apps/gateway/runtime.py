@@ -14,6 +14,7 @@ import logging
 
 import aiohttp
 from asgiref.sync import sync_to_async
+from channels.db import database_sync_to_async
 from django.conf import settings
 from redis.exceptions import RedisError
 
@@ -52,9 +53,12 @@ class GatewayRuntime:
         self._listener = async_redis(blocking=True)
         self.fleet = FleetView(stale_after=settings.DMX_NODE_STALE_SECONDS)
         self.catalog = Catalog()
+        # Database reads run through database_sync_to_async, which drops connections the server
+        # closed (an outage, a failover) before and after each call; a plain thread would keep a
+        # dead connection, and every later reload would fail.
         self.keys = KeyCache(
             redis=self.redis,
-            load=sync_to_async(key_record_load, thread_sensitive=False),
+            load=database_sync_to_async(key_record_load),
             ttl=settings.DMX_KEY_CACHE_TTL_SECONDS,
         )
         self.limiter = Limiter(self.redis)
@@ -120,17 +124,17 @@ class GatewayRuntime:
         self.queues.wake_all()  # fresh state may have room for whoever waits
         table_version = int(table_version or 0)
         if table_version != self.routing_table.version:
-            self.routing_table = await sync_to_async(routing_table_load, thread_sensitive=False)(
+            self.routing_table = await database_sync_to_async(routing_table_load)(
                 version=table_version
             )
         catalog_version = int(catalog_version or 0)
         if catalog_version != self.catalog.version:
-            self.catalog = await sync_to_async(catalog_load, thread_sensitive=False)(
+            self.catalog = await database_sync_to_async(catalog_load)(
                 version=catalog_version, previous=self.catalog
             )
         filter_version = int(filter_version or 0)
         if filter_version != self.content_filter_version:
-            self.content_filter = await sync_to_async(content_filter_load, thread_sensitive=False)(
+            self.content_filter = await database_sync_to_async(content_filter_load)(
                 version=filter_version
             )
             self.content_filter_version = filter_version

@@ -2,7 +2,8 @@ from django.contrib import admin, messages
 from django.http import HttpRequest
 
 from apps.hardware.models import HardwareProfile, Node, NodeToken
-from apps.hardware.services import node_token_create, node_token_update
+from apps.hardware.resources import NodeHardware, describe
+from apps.hardware.services import hardware_profile_update, node_token_create, node_token_update
 
 
 @admin.register(HardwareProfile)
@@ -10,11 +11,56 @@ class HardwareProfileAdmin(admin.ModelAdmin):
     list_display = [
         "name",
         "display_name",
+        "kind",
         "memory_gb",
         "memory_bandwidth_gbps",
+        "compute_capability",
+        "fp16_tflops",
+        "fp8_tflops",
+        "nvlink_bandwidth_gbps",
+        "tdp_watts",
         "hourly_price_usd",
+        "price_overridden",
     ]
+    list_filter = ["kind", "architecture", "price_overridden"]
     search_fields = ["name", "display_name"]
+    fieldsets = [
+        (None, {"fields": ["name", "display_name", "kind", "nvml_names", "datasheet"]}),
+        (
+            "Price",
+            {
+                "fields": ["hourly_price_usd", "price_overridden"],
+                "description": "The files' price is a default; a price changed here is kept "
+                "when the files are loaded again.",
+            },
+        ),
+        (
+            "Datasheet",
+            {
+                "fields": [
+                    "architecture",
+                    "compute_capability",
+                    "tensor_core_generation",
+                    "memory_gb",
+                    "memory_bandwidth_gbps",
+                    "sm_count",
+                    "fp16_tflops",
+                    "fp8_tflops",
+                    "int8_tops",
+                    "pcie_generation",
+                    "pcie_lanes",
+                    "nvlink_bandwidth_gbps",
+                    "tdp_watts",
+                ],
+                "description": "From inference/hardware/profiles/; a load of the files "
+                "overwrites edits made here.",
+            },
+        ),
+    ]
+
+    def save_model(self, request: HttpRequest, obj: HardwareProfile, form, change: bool) -> None:
+        price_changed = change and "hourly_price_usd" in form.changed_data
+        hardware_profile_update(profile=obj, price_changed=price_changed)
 
 
 @admin.register(NodeToken)
@@ -47,6 +93,8 @@ class NodeAdmin(admin.ModelAdmin):
         "num_requests_waiting",
         "kv_cache_percent",
         "profile",
+        "gpus",
+        "temperature",
     ]
     list_filter = ["status", "model_version__model", "profile"]
     search_fields = ["name", "url"]
@@ -64,10 +112,42 @@ class NodeAdmin(admin.ModelAdmin):
         "num_requests_running",
         "num_requests_waiting",
         "kv_cache_usage",
+        "gpus",
+        "gpu_memory",
+        "bandwidth_utilization",
+        "temperature",
+        "nvlink",
         "resources",
         "engine_args",
     ]
     fields = ["profile", *readonly_fields]
+
+    @staticmethod
+    def _hardware(node: Node) -> NodeHardware:
+        # Five columns read one parse of the node's view.
+        if getattr(node, "_described", None) is None:
+            node._described = describe(node.resources)
+        return node._described
+
+    @admin.display(description="GPUs")
+    def gpus(self, node: Node) -> str:
+        return self._hardware(node).gpus
+
+    @admin.display(description="Memory used")
+    def gpu_memory(self, node: Node) -> str:
+        return self._hardware(node).memory
+
+    @admin.display(description="Memory bandwidth used")
+    def bandwidth_utilization(self, node: Node) -> str:
+        return self._hardware(node).bandwidth
+
+    @admin.display(description="Temperature")
+    def temperature(self, node: Node) -> str:
+        return self._hardware(node).temperature
+
+    @admin.display(description="NVLink")
+    def nvlink(self, node: Node) -> str:
+        return self._hardware(node).nvlink
 
     @admin.display(description="KV cache")
     def kv_cache_percent(self, node: Node) -> str:

@@ -4,23 +4,65 @@ from __future__ import annotations
 
 from django.db import models
 
-from apps.hardware.choices import NodeStatus
+from apps.hardware.choices import NodeStatus, ProfileKind
 from apps.models.models import ModelVersion
 
 
 class HardwareProfile(models.Model):
-    """What one accelerator SKU offers and costs; routing and engine arguments read it."""
+    """What one accelerator SKU offers and costs; routing and engine arguments read it.
+
+    The datasheet figures come from inference/hardware/profiles/*.yaml, loaded by
+    hardware_profiles_load (a migration, `manage.py hardware_profiles --load`); the price there
+    is a default that operators override here, and a load keeps their price.
+    """
 
     name = models.SlugField(max_length=64, unique=True)
     display_name = models.CharField(max_length=128)
-    memory_gb = models.FloatField(help_text="Device memory per GPU, GB.")
-    memory_bandwidth_gbps = models.FloatField(help_text="Memory bandwidth per GPU, GB/s.")
-    hourly_price_usd = models.DecimalField(
-        max_digits=8, decimal_places=4, help_text="Price of one GPU for one hour, USD."
+    kind = models.CharField(max_length=8, choices=ProfileKind.choices, default=ProfileKind.GPU)
+    architecture = models.CharField(max_length=32, blank=True)
+    compute_capability = models.CharField(max_length=8, blank=True, help_text="CUDA's, e.g. 9.0.")
+    tensor_core_generation = models.PositiveSmallIntegerField(null=True, blank=True)
+    memory_gb = models.FloatField(null=True, blank=True, help_text="Device memory per GPU, GB.")
+    memory_bandwidth_gbps = models.FloatField(
+        null=True, blank=True, help_text="Memory bandwidth per GPU, GB/s."
     )
+    sm_count = models.PositiveIntegerField(null=True, blank=True)
+    fp16_tflops = models.FloatField(
+        null=True, blank=True, help_text="Dense FP16 tensor TFLOPS (BF16 the same where it exists)."
+    )
+    fp8_tflops = models.FloatField(
+        null=True, blank=True, help_text="Dense FP8 tensor TFLOPS; empty where unsupported."
+    )
+    int8_tops = models.FloatField(null=True, blank=True, help_text="Dense INT8 TOPS.")
+    pcie_generation = models.PositiveSmallIntegerField(null=True, blank=True)
+    pcie_lanes = models.PositiveSmallIntegerField(null=True, blank=True)
+    nvlink_bandwidth_gbps = models.FloatField(
+        null=True, blank=True, help_text="NVLink bandwidth per GPU, GB/s; 0 without NVLink."
+    )
+    tdp_watts = models.PositiveIntegerField(null=True, blank=True)
+    hourly_price_usd = models.DecimalField(
+        max_digits=8,
+        decimal_places=4,
+        help_text="Price of one GPU (of the node, for CPU) for one hour, USD. Nodes take a new "
+        "price when they next register.",
+    )
+    price_overridden = models.BooleanField(
+        default=False,
+        help_text="Set when an operator changes the price: loading the profile files then keeps "
+        "it. Clear it to return to the files' price at the next load.",
+    )
+    nvml_names = models.JSONField(
+        default=list, blank=True, help_text="Name patterns NVML reports for this SKU."
+    )
+    datasheet = models.CharField(max_length=200, blank=True)
 
     class Meta:
         ordering = ["name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(hourly_price_usd__gte=0), name="hardware_profile_price_gte_0"
+            )
+        ]
 
     def __str__(self) -> str:
         return self.display_name

@@ -1,4 +1,4 @@
-"""Writes for nodes: tokens, registration, heartbeats, staleness.
+"""Writes for hardware profiles and nodes: tokens, registration, heartbeats, staleness.
 
 Live node state is Redis's (apps.hardware.fleet): gateways route on it and a heartbeat lands
 there first, so nodes stay routable while PostgreSQL is down. The Node rows are its durable
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from pathlib import Path
 
 from django.conf import settings
 from django.db import DatabaseError, transaction
@@ -25,17 +26,34 @@ from apps.hardware.fleet import (
     node_token_key,
     now,
 )
-from apps.hardware.models import Node, NodeToken
-from apps.hardware.resources import summarize
+from apps.hardware.models import HardwareProfile, Node, NodeToken
+from apps.hardware.profiles import ProfilesLoaded, profiles_sync
+from apps.hardware.resources import summarize, view_profile
 from apps.models.services import model_version_attach_tokenizer, model_version_find
 from dmxplatform import credentials
 from dmxplatform.errors import AuthenticationError, NotFoundError
 from dmxplatform.redis_client import sync_redis
+from inference.hardware.profiles import PROFILES_DIR, load_profiles
 from inference.wire import Heartbeat, Registration
 
 logger = logging.getLogger(__name__)
 
 NODE_TOKEN_PREFIX = "dmx-node-"
+
+
+@transaction.atomic
+def hardware_profiles_load(*, directory: Path = PROFILES_DIR) -> ProfilesLoaded:
+    """Load the profile files into the database; operators' prices are kept. Idempotent."""
+    return profiles_sync(model=HardwareProfile, profiles=load_profiles(directory))
+
+
+def hardware_profile_update(*, profile: HardwareProfile, price_changed: bool) -> HardwareProfile:
+    """Save an operator's edit; a changed price is marked theirs, so loads keep it."""
+    if price_changed:
+        profile.price_overridden = True
+    profile.full_clean()
+    profile.save()
+    return profile
 
 
 def _token_record(token: NodeToken) -> TokenRecord:
@@ -114,7 +132,11 @@ def node_snapshot(node: Node) -> NodeSnapshot:
         num_requests_waiting=node.num_requests_waiting,
         kv_cache_usage=node.kv_cache_usage,
         profile=node.profile.name if node.profile_id else None,
-        **summarize(node.resources),
+        priority_scheduling=node.engine_args.get("scheduling_policy") == "priority",
+        **summarize(
+            node.resources,
+            unit_price_usd=float(node.profile.hourly_price_usd) if node.profile_id else None,
+        ),
     )
 
 
@@ -136,9 +158,14 @@ def node_register(*, token: TokenRecord, registration: Registration) -> tuple[No
             version=version, sha256=registration.tokenizer_sha256
         )
     moment = timezone.now()
+    # The profile the worker matched, with the database's (possibly overridden) price; a GPU
+    # no profile describes keeps whatever profile an operator gave its node.
+    profile_name = view_profile(registration.resources)
+    profile = HardwareProfile.objects.filter(name=profile_name).first() if profile_name else None
     node, _ = Node.objects.select_for_update(of=("self",)).update_or_create(
         name=registration.name,
         defaults={
+            **({"profile": profile} if profile else {}),
             "url": registration.url.rstrip("/"),
             "status": NodeStatus.UP,
             "model_version": version,
@@ -177,12 +204,16 @@ def node_heartbeat_record(
             code=HardwareErrorCode.NODE_NOT_FOUND,
         )
     engine = heartbeat.engine
+    # Registration priced the node from its database profile; heartbeats keep that unit price.
+    unit_price = (
+        snapshot.hourly_price_usd / max(snapshot.gpu_count, 1) if snapshot.profile else None
+    )
     snapshot = dataclasses.replace(
         snapshot,
         status=heartbeat.status,
         heartbeat_at=now(),
         **engine_fields(engine),
-        **summarize(heartbeat.resources),
+        **summarize(heartbeat.resources, unit_price_usd=unit_price),
     )
     sync_redis().hset(fleet_key(), str(node_id), snapshot.encode())
     fields = {

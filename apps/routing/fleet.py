@@ -18,6 +18,8 @@ class FleetView:
         self.stale_after = stale_after
         self._by_model: dict[str, list[NodeSnapshot]] = {}
         self.inflight: defaultdict[int, int] = defaultdict(int)
+        # Bumped on every refresh; what is derived from node state is cached per generation.
+        self.generation = 0
 
     def replace(self, raw: dict[bytes, bytes]) -> None:
         """Swap in the nodes read from the fleet hash."""
@@ -28,6 +30,7 @@ class FleetView:
         for nodes in by_model.values():
             nodes.sort(key=lambda node: node.id)
         self._by_model = dict(by_model)
+        self.generation += 1
 
     def nodes(self, model: str) -> list[NodeSnapshot]:
         """Every node registered for `model`, live or not."""

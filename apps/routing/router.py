@@ -1,8 +1,12 @@
 """Which node serves a request: filters, then weighted scorers, then a pick; every step named.
 
-A decision reads only memory (the fleet view, breakers and windows refreshed in the background)
-and takes a few microseconds per node. The filters and scorers are plain functions, listed in
-FILTERS and SCORERS, each in 0..1 and weighted by DMX_ROUTE_SCORE_WEIGHTS:
+A decision reads only memory (the fleet view, breakers and windows refreshed in the background).
+The filters and scorers are plain functions, each score in 0..1 and weighted by
+DMX_ROUTE_SCORE_WEIGHTS. Those that depend only on a node's reported state ("standing": KV cache,
+temperature, bandwidth, latency, cost) are evaluated once per model each time the fleet view is
+refreshed; a request pays only for those that depend on it (liveness, breaker, canary version,
+context fit, saturation; queue with this gateway's in-flight count, prefix affinity, hardware
+preference), a fraction of a microsecond per node:
 
 filters  live (up, heartbeat fresh), breaker (not open), version (the canary split), context
          (prompt plus completion fit the node), kv_cache (headroom left), temperature (below the
@@ -20,9 +24,10 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 
+from apps.hardware.choices import NodeStatus
 from apps.hardware.fleet import NodeSnapshot
 from apps.models.catalog import ModelEntry
-from apps.routing.breaker import BreakerBoard, BreakerState
+from apps.routing.breaker import CLOSED, BreakerBoard, BreakerState
 from apps.routing.fleet import FleetView
 from apps.routing.stats import GatewayStats
 
@@ -81,14 +86,52 @@ class Decision:
         ]
 
 
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    """The settings filters and scorers read, copied once: Django's lazy settings cost a
+    microsecond or more per attribute, which per node and decision adds up."""
+
+    kv_cache_limit: float
+    drain_temperature: float
+    derate_temperature: float
+    saturation_queue: int
+    bandwidth_knee: float
+    affinity_max_queue: int
+    breaker_cooldown: float
+
+    @classmethod
+    def from_settings(cls) -> Thresholds:
+        return cls(
+            kv_cache_limit=settings.DMX_ROUTE_KV_CACHE_LIMIT,
+            drain_temperature=settings.DMX_ROUTE_DRAIN_TEMPERATURE_C,
+            derate_temperature=settings.DMX_ROUTE_DERATE_TEMPERATURE_C,
+            saturation_queue=settings.DMX_ROUTE_SATURATION_QUEUE,
+            bandwidth_knee=settings.DMX_ROUTE_BANDWIDTH_KNEE,
+            affinity_max_queue=settings.DMX_ROUTE_AFFINITY_MAX_QUEUE,
+            breaker_cooldown=settings.DMX_BREAKER_COOLDOWN_SECONDS,
+        )
+
+
+@dataclass(slots=True)
+class _Standing:
+    """A node's request-independent verdict and weighted scores, for one fleet refresh."""
+
+    node: NodeSnapshot
+    rejected_by: str | None
+    scores: dict[str, float]
+    total: float
+
+
 @dataclass(slots=True)
 class _Context:
-    request: RouteRequest
+    limits: Thresholds
     fleet: FleetView
     breakers: BreakerBoard
     stats: GatewayStats
     now: float
-    versions: frozenset[int]
+    model: ModelEntry
+    request: RouteRequest | None = None
+    versions: frozenset[int] = frozenset()
     affinity_node: int | None = None
     best_latency: float | None = None
     best_cost: float | None = None
@@ -96,15 +139,79 @@ class _Context:
     cost: dict[int, float | None] = field(default_factory=dict)
 
 
-# Filters: None lets the node through; a string says why not. -----------------------------------
+Filter = Callable[[_Context, NodeSnapshot], bool]
+Scorer = Callable[[_Context, NodeSnapshot], float]
+
+
+# Standing filters and scorers: the node's reported state only. ---------------------------------
+
+
+def _kv_headroom(ctx: _Context, node: NodeSnapshot) -> bool:
+    return node.kv_cache_usage < ctx.limits.kv_cache_limit
+
+
+def _cool_enough(ctx: _Context, node: NodeSnapshot) -> bool:
+    return node.temperature_c < ctx.limits.drain_temperature
+
+
+def _kv_score(ctx: _Context, node: NodeSnapshot) -> float:
+    return 1.0 - node.kv_cache_usage
+
+
+def _bandwidth_score(ctx: _Context, node: NodeSnapshot) -> float:
+    knee = ctx.limits.bandwidth_knee
+    excess = node.memory_bandwidth_utilization - knee
+    return 1.0 if excess <= 0 else max(0.0, 1.0 - excess / (1.0 - knee))
+
+
+def _temperature_score(ctx: _Context, node: NodeSnapshot) -> float:
+    derate = ctx.limits.derate_temperature
+    drain = ctx.limits.drain_temperature
+    if node.temperature_c <= derate:
+        return 1.0
+    return max(0.0, 1.0 - (node.temperature_c - derate) / (drain - derate))
+
+
+def _latency_score(ctx: _Context, node: NodeSnapshot) -> float:
+    p95 = ctx.latency.get(node.id)
+    if p95 is None:
+        return 1.0  # no evidence against the node
+    target = ctx.model.sla_latency_p95_ms or ctx.best_latency
+    return min(1.0, target / p95) if p95 > 0 else 1.0
+
+
+def _cost_score(ctx: _Context, node: NodeSnapshot) -> float:
+    cost = ctx.cost.get(node.id)
+    if cost is None or ctx.best_cost is None:
+        return 1.0
+    return ctx.best_cost / cost
+
+
+STANDING_FILTERS: tuple[tuple[str, Filter], ...] = (
+    ("kv_cache", _kv_headroom),
+    ("temperature", _cool_enough),
+)
+STANDING_SCORERS: tuple[tuple[str, Scorer], ...] = (
+    ("kv_cache", _kv_score),
+    ("bandwidth", _bandwidth_score),
+    ("temperature", _temperature_score),
+    ("latency", _latency_score),
+    ("cost", _cost_score),
+)
+
+
+# Request filters and scorers. ------------------------------------------------------------------
 
 
 def _live(ctx: _Context, node: NodeSnapshot) -> bool:
-    return node.is_live(now=ctx.now, stale_after=ctx.fleet.stale_after)
+    return node.status == NodeStatus.UP and ctx.now - node.heartbeat_at <= ctx.fleet.stale_after
 
 
 def _breaker(ctx: _Context, node: NodeSnapshot) -> bool:
-    return ctx.breakers.state(node.id, ctx.now) != BreakerState.OPEN
+    breaker = ctx.breakers.get(node.id)
+    return breaker is CLOSED or (
+        breaker.current(ctx.now, ctx.limits.breaker_cooldown) != BreakerState.OPEN
+    )
 
 
 def _version(ctx: _Context, node: NodeSnapshot) -> bool:
@@ -116,90 +223,39 @@ def _context(ctx: _Context, node: NodeSnapshot) -> bool:
     return request.prompt_tokens + request.completion_tokens <= node.max_model_len
 
 
-def _kv_headroom(ctx: _Context, node: NodeSnapshot) -> bool:
-    return node.kv_cache_usage < settings.DMX_ROUTE_KV_CACHE_LIMIT
-
-
-def _cool_enough(ctx: _Context, node: NodeSnapshot) -> bool:
-    return node.temperature_c < settings.DMX_ROUTE_DRAIN_TEMPERATURE_C
-
-
 def _not_saturated(ctx: _Context, node: NodeSnapshot) -> bool:
-    queued = node.num_requests_waiting + ctx.fleet.inflight[node.id]
-    return queued < settings.DMX_ROUTE_SATURATION_QUEUE
-
-
-FILTERS: tuple[tuple[str, Callable[[_Context, NodeSnapshot], bool]], ...] = (
-    ("live", _live),
-    ("breaker", _breaker),
-    ("version", _version),
-    ("context", _context),
-    ("kv_cache", _kv_headroom),
-    ("temperature", _cool_enough),
-    (SATURATED, _not_saturated),
-)
-
-
-# Scorers: 0 (worst) to 1 (best). -------------------------------------------------------------
+    queued = node.num_requests_waiting + ctx.fleet.inflight.get(node.id, 0)
+    return queued < ctx.limits.saturation_queue
 
 
 def _queue_score(ctx: _Context, node: NodeSnapshot) -> float:
-    return 1.0 / (1.0 + ctx.fleet.queued(node) / QUEUE_HALF_SCORE)
-
-
-def _kv_score(ctx: _Context, node: NodeSnapshot) -> float:
-    return 1.0 - node.kv_cache_usage
-
-
-def _bandwidth_score(ctx: _Context, node: NodeSnapshot) -> float:
-    knee = settings.DMX_ROUTE_BANDWIDTH_KNEE
-    excess = node.memory_bandwidth_utilization - knee
-    return 1.0 if excess <= 0 else max(0.0, 1.0 - excess / (1.0 - knee))
-
-
-def _temperature_score(ctx: _Context, node: NodeSnapshot) -> float:
-    derate = settings.DMX_ROUTE_DERATE_TEMPERATURE_C
-    drain = settings.DMX_ROUTE_DRAIN_TEMPERATURE_C
-    if node.temperature_c <= derate:
-        return 1.0
-    return max(0.0, 1.0 - (node.temperature_c - derate) / (drain - derate))
-
-
-def _latency_score(ctx: _Context, node: NodeSnapshot) -> float:
-    p95 = ctx.latency.get(node.id)
-    if p95 is None:
-        return 1.0  # no evidence against the node
-    target = ctx.request.model.sla_latency_p95_ms or ctx.best_latency
-    return min(1.0, target / p95) if p95 > 0 else 1.0
-
-
-def _cost_score(ctx: _Context, node: NodeSnapshot) -> float:
-    cost = ctx.cost.get(node.id)
-    if cost is None or ctx.best_cost is None:
-        return 1.0
-    return ctx.best_cost / cost
+    queued = node.num_requests_running + node.num_requests_waiting
+    return 1.0 / (1.0 + (queued + ctx.fleet.inflight.get(node.id, 0)) / QUEUE_HALF_SCORE)
 
 
 def _affinity_score(ctx: _Context, node: NodeSnapshot) -> float:
     if node.id != ctx.affinity_node:
         return 0.0
-    return 1.0 if ctx.fleet.queued(node) < settings.DMX_ROUTE_AFFINITY_MAX_QUEUE else 0.0
+    return 1.0 if ctx.fleet.queued(node) < ctx.limits.affinity_max_queue else 0.0
 
 
 def _hardware_score(ctx: _Context, node: NodeSnapshot) -> float:
     return 1.0 if node.profile in ctx.request.preferred_profiles else 0.0
 
 
-SCORERS: tuple[tuple[str, Callable[[_Context, NodeSnapshot], float]], ...] = (
+REQUEST_FILTERS: tuple[tuple[str, Filter], ...] = (
+    ("live", _live),
+    ("breaker", _breaker),
+    ("version", _version),
+    ("context", _context),
+    (SATURATED, _not_saturated),
+)
+REQUEST_SCORERS: tuple[tuple[str, Scorer], ...] = (
     ("queue", _queue_score),
-    ("kv_cache", _kv_score),
-    ("bandwidth", _bandwidth_score),
-    ("temperature", _temperature_score),
-    ("latency", _latency_score),
-    ("cost", _cost_score),
     ("affinity", _affinity_score),
     ("hardware", _hardware_score),
 )
+SCORERS = STANDING_SCORERS + REQUEST_SCORERS
 
 
 def node_latency_p95(stats: GatewayStats, node: NodeSnapshot) -> float | None:
@@ -258,8 +314,16 @@ class Router:
         self.fleet = fleet
         self.breakers = breakers
         self.stats = stats
+        self.limits = Thresholds.from_settings()
         weights = weights if weights is not None else settings.DMX_ROUTE_SCORE_WEIGHTS
-        self._scorers = tuple((name, fn, weights.get(name, 0.0)) for name, fn in SCORERS)
+        # Scorers whose weight is zero are not run.
+        self._standing_scorers = tuple(
+            (name, fn, weights[name]) for name, fn in STANDING_SCORERS if weights.get(name)
+        )
+        self._request_scorers = tuple(
+            (name, fn, weights[name]) for name, fn in REQUEST_SCORERS if weights.get(name)
+        )
+        self._standing: dict[str, tuple[int, list[_Standing]]] = {}
 
     def decide(self, request: RouteRequest, *, exclude: Collection[int] = ()) -> Decision:
         started = time.perf_counter()
@@ -271,53 +335,80 @@ class Router:
         decision.decision_us = round((time.perf_counter() - started) * 1e6, 1)
         return decision
 
-    def _decide(
-        self, request: RouteRequest, versions: frozenset[int], pool: str, exclude: Collection[int]
-    ) -> Decision:
+    def standing(self, model: ModelEntry) -> list[_Standing]:
+        """The model's nodes with their standing verdicts and scores, as of the last refresh."""
+        cached = self._standing.get(model.name)
+        if cached is not None and cached[0] == self.fleet.generation:
+            return cached[1]
+        nodes = self.fleet.nodes(model.name)
         ctx = _Context(
-            request=request,
+            limits=self.limits,
             fleet=self.fleet,
             breakers=self.breakers,
             stats=self.stats,
             now=time.time(),
-            versions=versions,
+            model=model,
         )
-        verdicts: list[Verdict] = []
-        eligible: list[Verdict] = []
-        for node in self.fleet.nodes(request.model.name):
-            verdict = Verdict(node=node)
-            verdicts.append(verdict)
-            if node.id in exclude:
-                verdict.rejected_by = "retry"
-                continue
-            for name, passes in FILTERS:
-                if not passes(ctx, node):
-                    verdict.rejected_by = name
-                    break
-            else:
-                eligible.append(verdict)
-        if not eligible:
-            return Decision(node=None, pool=pool, verdicts=verdicts)
-        self._prepare(ctx, eligible)
-        best: Verdict | None = None
-        for verdict in eligible:
-            scores = {name: fn(ctx, verdict.node) for name, fn, _ in self._scorers}
-            verdict.scores = scores
-            verdict.total = sum(weight * scores[name] for name, _, weight in self._scorers)
-            if best is None or verdict.total > best.total:
-                best = verdict
-        return Decision(node=best.node, pool=pool, verdicts=verdicts)
-
-    def _prepare(self, ctx: _Context, eligible: list[Verdict]) -> None:
-        """Figures scorers compare across candidates: best latency and cost, the prefix's node."""
-        for verdict in eligible:
-            node = verdict.node
+        for node in nodes:
             ctx.latency[node.id] = node_latency_p95(self.stats, node)
             ctx.cost[node.id] = cost_per_1k_tokens(node)
         latencies = [p for p in ctx.latency.values() if p]
         costs = [c for c in ctx.cost.values() if c]
         ctx.best_latency = min(latencies) if latencies else None
         ctx.best_cost = min(costs) if costs else None
-        if ctx.request.affinity is not None:
-            key = ctx.request.affinity
-            ctx.affinity_node = max(eligible, key=lambda v: mix64(key, v.node.id)).node.id
+        standing = []
+        for node in nodes:
+            reason = next((name for name, ok in STANDING_FILTERS if not ok(ctx, node)), None)
+            scores = {name: fn(ctx, node) for name, fn, _ in self._standing_scorers}
+            total = sum(weight * scores[name] for name, _, weight in self._standing_scorers)
+            standing.append(_Standing(node=node, rejected_by=reason, scores=scores, total=total))
+        self._standing[model.name] = (self.fleet.generation, standing)
+        return standing
+
+    def _decide(
+        self, request: RouteRequest, versions: frozenset[int], pool: str, exclude: Collection[int]
+    ) -> Decision:
+        ctx = _Context(
+            limits=self.limits,
+            fleet=self.fleet,
+            breakers=self.breakers,
+            stats=self.stats,
+            now=time.time(),
+            model=request.model,
+            request=request,
+            versions=versions,
+        )
+        verdicts: list[Verdict] = []
+        eligible: list[tuple[Verdict, _Standing]] = []
+        for standing in self.standing(request.model):
+            node = standing.node
+            verdict = Verdict(node=node, rejected_by=standing.rejected_by)
+            verdicts.append(verdict)
+            if node.id in exclude:
+                verdict.rejected_by = "retry"
+            if verdict.rejected_by is None:
+                for name, passes in REQUEST_FILTERS:
+                    if not passes(ctx, node):
+                        verdict.rejected_by = name
+                        break
+                else:
+                    eligible.append((verdict, standing))
+        if not eligible:
+            return Decision(node=None, pool=pool, verdicts=verdicts)
+        if request.affinity is not None:
+            key = request.affinity
+            ctx.affinity_node = max(eligible, key=lambda pair: mix64(key, pair[0].node.id))[
+                0
+            ].node.id
+        best: Verdict | None = None
+        for verdict, standing in eligible:
+            node = verdict.node
+            scores = dict(standing.scores)
+            total = standing.total
+            for name, fn, weight in self._request_scorers:
+                value = scores[name] = fn(ctx, node)
+                total += weight * value
+            verdict.scores, verdict.total = scores, total
+            if best is None or total > best.total:
+                best = verdict
+        return Decision(node=best.node, pool=pool, verdicts=verdicts)

@@ -8,3 +8,4 @@ from dmxplatform.settings.gateway import *  # noqa: F403
 from dmxplatform.settings.logging import *  # noqa: F403
 from dmxplatform.settings.redis import *  # noqa: F403
 from dmxplatform.settings.routing import *  # noqa: F403
+from dmxplatform.settings.scaling import *  # noqa: F403

@@ -1,47 +1,17 @@
 """The context a request may use: the model's, less while its fleet runs short of KV cache."""
 
-import time
-
 import pytest
 
 from apps.gateway.context import check_context, context_limit
 from apps.gateway.schemas import Endpoint, validate_completion
-from apps.hardware.fleet import NodeSnapshot
-from apps.models.catalog import ModelEntry
-from apps.routing.fleet import FleetView
 from dmxplatform.errors import InvalidRequestError
+from tests.routing.factories import make_fleet, make_model_entry, make_snapshot
 
-MODEL = ModelEntry(
-    id=1,
-    name="m",
-    owned_by="dmx",
-    created=0,
-    max_context_tokens=1000,
-    versions={},
-    counter=None,
-)
+MODEL = make_model_entry(max_context_tokens=1000)
 
 
-def fleet(*usages: float) -> FleetView:
-    view = FleetView(stale_after=10)
-    nodes = {
-        str(i).encode(): NodeSnapshot(
-            id=i,
-            name=f"n{i}",
-            url="http://x",
-            status="up",
-            model="m",
-            version_id=1,
-            version_tag="v1",
-            served_model_name="m",
-            max_model_len=1000,
-            heartbeat_at=time.time(),
-            kv_cache_usage=usage,
-        ).encode()
-        for i, usage in enumerate(usages)
-    }
-    view.replace(nodes)
-    return view
+def fleet(*usages: float):
+    return make_fleet(*(make_snapshot(max_model_len=1000, kv_cache_usage=u) for u in usages))
 
 
 def test_full_context_below_the_watermark():

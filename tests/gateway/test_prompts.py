@@ -63,3 +63,14 @@ def test_completion_prompts_are_screened_too():
 def test_no_terms_no_work():
     request = chat({"role": "user", "content": "forbidden"})
     assert screen_prompt(ContentFilter(()), request) == []
+
+
+def test_affinity_key_is_the_shared_system_prompt():
+    from apps.gateway.prompts import affinity_key
+
+    system = {"role": "system", "content": "You are a helpful assistant for ACME. " * 5}
+    a = chat(system, {"role": "user", "content": "first question"})
+    b = chat(system, {"role": "user", "content": "another question"})
+    c = chat({"role": "user", "content": "first question"})
+    assert affinity_key(a) == affinity_key(b) != affinity_key(c)
+    assert affinity_key(c) != affinity_key(chat({"role": "user", "content": "something else"}))

@@ -1,6 +1,5 @@
 """Sensitive terms in the database: the model, the filter built from it, and the reload signal."""
 
-
 import pytest
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError

@@ -53,3 +53,32 @@ def test_empty_page_is_an_idle_engine():
         0,
         0.0,
     )
+
+
+def test_windows_give_percentiles_and_throughput_of_what_happened_between_reads(metrics_text):
+    from inference.engine_metrics import EngineMonitor
+
+    def bumped(text: str, le: str, by: float) -> str:
+        """The same page after `by` more requests with TTFT in bucket `le` and above."""
+        lines = []
+        for line in text.splitlines():
+            if line.startswith("vllm:time_to_first_token_seconds_bucket"):
+                bound = line.split('le="')[1].split('"')[0]
+                value = float(line.rsplit(" ", 1)[1])
+                if bound == "+Inf" or float(bound) >= float(le):
+                    line = line.rsplit(" ", 1)[0] + f" {value + by}"
+            if line.startswith("vllm:generation_tokens_total"):
+                value = float(line.rsplit(" ", 1)[1])
+                line = line.rsplit(" ", 1)[0] + f" {value + 500}"
+            lines.append(line)
+        return "\n".join(lines)
+
+    monitor = EngineMonitor()
+    first = monitor.observe(metrics_text, now=100.0)
+    assert first.ttft_p95_ms is None and first.generation_tokens_per_second == 0.0
+    second = monitor.observe(bumped(metrics_text, "0.5", 20), now=102.0)
+    # 20 new first tokens, all in the (0.25, 0.5] bucket: P95 interpolates to 0.4875 s.
+    assert second.ttft_p95_ms == pytest.approx(487.5)
+    assert second.generation_tokens_per_second == pytest.approx(250.0)
+    third = monitor.observe(bumped(metrics_text, "0.5", 20), now=104.0)
+    assert third.ttft_p95_ms is None  # nothing new in this window

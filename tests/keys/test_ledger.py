@@ -7,9 +7,9 @@ import pytest
 from django.db import OperationalError
 
 from apps.keys import ledger, services
-from dmxplatform import streams
 from apps.keys.models import UsageRecord
 from apps.keys.services import usage_flush
+from dmxplatform import streams
 from dmxplatform.redis_client import sync_redis
 from tests.keys.factories import make_api_key
 

@@ -16,6 +16,7 @@ from apps.keys.models import UsageDaily, UsageRecord
 from dmxplatform.redis_client import sync_redis
 from tests.http import call
 from tests.keys.factories import make_api_key
+from tests.models.factories import make_model
 from tests.stack import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -62,6 +63,18 @@ def test_requests_are_served_and_recorded_exactly_once_across_an_outage(platform
     records = UsageRecord.objects.filter(api_key=key)
     assert records.count() == len(ids) + 2
     assert all(r.completion_tokens == 3 for r in records)
+    # The gateways read the database again: a model added now reaches their catalogs (no node
+    # serves it, so 503 instead of 404 once they know it).
+    make_model("dmx-after-outage")
+    for api_url in platform.api_urls:
+        body = dict(BODY, model="dmx-after-outage")
+        wait_for(
+            lambda url=api_url, body=body: (
+                call("POST", url + "/chat/completions", key=secret, json_body=body).status == 503
+            ),
+            timeout=5,
+            what=f"{api_url} to reload its catalog after the outage",
+        )
     daily = UsageDaily.objects.get(api_key=key, model="dmx-tiny")
     assert daily.requests == len(ids) + 2
     assert daily.completion_tokens == 3 * (len(ids) + 2)

@@ -5,9 +5,9 @@ from datetime import UTC, datetime
 import pytest
 
 from apps.keys import ledger
-from dmxplatform import streams
 from apps.keys.keycache import KeyRecord, Limits, Quota
 from apps.keys.ratelimit import Limiter, Meter, format_duration, period_bounds, rules_for
+from dmxplatform import streams
 from dmxplatform.redis_client import sync_redis
 from tests.keys.factories import make_key_record, run_with_redis
 
@@ -111,7 +111,9 @@ def test_settle_refunds_tokens_and_appends_the_usage_event():
         rules = rules_for(record, model="m", tokens=400)
         admitted = await limiter.admit("req_a", rules)
         await limiter.settle(
-            "req_a", admitted.rules, refund=400 - 120,
+            "req_a",
+            admitted.rules,
+            refund=400 - 120,
             events=[(ledger.stream_key(), b'{"request_id": "req_a"}')],
         )
         after = await limiter.admit("req_b", rules_for(record, model="m", tokens=10))

@@ -1,5 +1,6 @@
 """Routing's models, one module per concern, re-exported here (as NetBox does)."""
 
+from apps.routing.models.proxies import Canary, NodeBreaker
 from apps.routing.models.routing import (
     CanaryEvent,
     RoutingDecision,
@@ -9,7 +10,9 @@ from apps.routing.models.routing import (
 from apps.routing.models.scaling import ScalingEvent, ScalingPolicy
 
 __all__ = [
+    "Canary",
     "CanaryEvent",
+    "NodeBreaker",
     "RoutingDecision",
     "RoutingRule",
     "ScalingEvent",

@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+import itertools
+import time
+
+from apps.hardware.fleet import NodeSnapshot
+from apps.models.catalog import ModelEntry, VersionEntry
+from apps.routing.breaker import BreakerBoard
+from apps.routing.fleet import FleetView
+from apps.routing.router import Router, RouteRequest
+from apps.routing.stats import GatewayStats
+
+_ids = itertools.count(1)
+
+
+def make_snapshot(**overrides) -> NodeSnapshot:
+    node_id = overrides.pop("id", next(_ids))
+    fields = dict(
+        id=node_id,
+        name=f"node-{node_id}",
+        url=f"http://10.0.0.{node_id}:8000",
+        status="up",
+        model="m",
+        version_id=1,
+        version_tag="v1",
+        served_model_name="m",
+        max_model_len=4096,
+        heartbeat_at=time.time(),
+    )
+    fields.update(overrides)
+    return NodeSnapshot(**fields)
+
+
+def make_model_entry(versions=None, **overrides) -> ModelEntry:
+    fields = dict(
+        id=1,
+        name="m",
+        owned_by="dmx",
+        created=0,
+        max_context_tokens=4096,
+        versions=versions or {1: VersionEntry(id=1, tag="v1", is_stable=True, canary_percent=0.0)},
+        counter=None,
+    )
+    fields.update(overrides)
+    return ModelEntry(**fields)
+
+
+def make_fleet(*nodes: NodeSnapshot, stale_after: float = 10.0) -> FleetView:
+    fleet = FleetView(stale_after=stale_after)
+    fleet.replace({str(n.id).encode(): n.encode() for n in nodes})
+    return fleet
+
+
+class NoRedis:
+    """The breaker board's Redis client is not used by decisions; nothing may call it."""
+
+    def register_script(self, script):
+        return None
+
+
+def make_router(*nodes: NodeSnapshot, weights=None) -> Router:
+    return Router(
+        fleet=make_fleet(*nodes),
+        breakers=BreakerBoard(NoRedis()),
+        stats=GatewayStats(),
+        weights=weights,
+    )
+
+
+def route_request(model: ModelEntry | None = None, **overrides) -> RouteRequest:
+    fields = dict(
+        request_id="req_" + "0" * 24 + f"{next(_ids):08x}",
+        model=model or make_model_entry(),
+        prompt_tokens=100,
+        completion_tokens=100,
+    )
+    fields.update(overrides)
+    return RouteRequest(**fields)

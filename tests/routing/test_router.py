@@ -1,0 +1,225 @@
+"""Each filter and scorer, and the decisions they make together."""
+
+import hashlib
+import time
+
+import pytest
+
+from apps.models.catalog import VersionEntry
+from apps.routing.breaker import Breaker
+from apps.routing.router import cost_per_1k_tokens, mix64, split_bucket, version_pools
+from tests.routing.factories import make_model_entry, make_router, make_snapshot, route_request
+
+
+def chosen(router, request=None, **kwargs):
+    decision = router.decide(request or route_request(), **kwargs)
+    return decision.node.name if decision.node else None
+
+
+def scores(decision, scorer: str) -> dict[str, float]:
+    return {row["node"]: row["scores"][scorer] for row in decision.trace() if row["scores"]}
+
+
+def verdicts(decision) -> dict[str, str | None]:
+    return {v.node.name: v.rejected_by for v in decision.verdicts}
+
+
+# Filters ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("override", "reason"),
+    [
+        ({"status": "draining"}, "live"),
+        ({"status": "down"}, "live"),
+        ({"heartbeat_at": time.time() - 60}, "live"),
+        ({"version_id": 99}, "version"),
+        ({"max_model_len": 150}, "context"),
+        ({"kv_cache_usage": 0.99}, "kv_cache"),
+        ({"temperature_c": 86.0}, "temperature"),
+        ({"num_requests_waiting": 40}, "saturated"),
+    ],
+)
+def test_each_filter_refuses_its_node_and_names_itself(override, reason):
+    bad = make_snapshot(name="bad", **override)
+    good = make_snapshot(name="good")
+    decision = make_router(bad, good).decide(route_request())
+    assert decision.node.name == "good"
+    assert verdicts(decision) == {"bad": reason, "good": None}
+
+
+def test_open_breaker_filters_half_open_does_not():
+    a, b = make_snapshot(name="a"), make_snapshot(name="b", num_requests_waiting=5)
+    router = make_router(a, b)
+    router.breakers._breakers = {a.id: Breaker(state="open", failures=3, opened_at=time.time())}
+    assert chosen(router) == "b"
+    router.breakers._breakers = {
+        a.id: Breaker(state="open", failures=3, opened_at=time.time() - 60)
+    }
+    assert router.breakers.state(a.id).value == "half_open"
+    assert chosen(router) == "a"  # half-open: eligible; the pipeline then takes the probe
+
+
+def test_excluded_nodes_are_not_retried():
+    a, b = make_snapshot(name="a"), make_snapshot(name="b", num_requests_waiting=9)
+    decision = make_router(a, b).decide(route_request(), exclude=[a.id])
+    assert decision.node.name == "b" and verdicts(decision)["a"] == "retry"
+
+
+def test_only_saturation_makes_a_decision_saturated():
+    busy = make_snapshot(num_requests_waiting=50)
+    assert make_router(busy).decide(route_request()).saturated
+    small = make_snapshot(max_model_len=10)
+    assert not make_router(busy, small).decide(route_request()).saturated
+    assert make_router(busy, small).decide(route_request()).node is None
+
+
+# Scorers ---------------------------------------------------------------------------------------
+
+
+def test_queue_depth_moves_traffic():
+    busy = make_snapshot(name="busy", num_requests_running=6, num_requests_waiting=2)
+    idle = make_snapshot(name="idle")
+    assert chosen(make_router(busy, idle)) == "idle"
+
+
+def test_this_gateways_inflight_requests_count_before_the_next_heartbeat():
+    a, b = make_snapshot(name="a"), make_snapshot(name="b")
+    router = make_router(a, b)
+    first = chosen(router)
+    router.fleet.inflight[a.id if first == "a" else b.id] += 3
+    assert chosen(router) != first
+
+
+def test_memory_bandwidth_pressure_is_a_bottleneck_even_with_free_memory():
+    saturated_bus = make_snapshot(name="bus", memory_bandwidth_utilization=0.92, kv_cache_usage=0.1)
+    fuller = make_snapshot(name="fuller", memory_bandwidth_utilization=0.3, kv_cache_usage=0.5)
+    assert chosen(make_router(saturated_bus, fuller)) == "fuller"
+
+
+def test_temperature_derates_from_78c():
+    hot = make_snapshot(name="hot", temperature_c=83.0)
+    warm = make_snapshot(name="warm", temperature_c=77.0, num_requests_running=1)
+    decision = make_router(hot, warm).decide(route_request())
+    temperature = scores(decision, "temperature")
+    assert temperature["warm"] == 1.0 and temperature["hot"] == pytest.approx(1 - 5 / 7, abs=1e-4)
+    assert decision.node.name == "warm"
+
+
+def test_latency_against_the_model_sla():
+    model = make_model_entry(sla_latency_p95_ms=1000)
+    slow = make_snapshot(name="slow", e2e_p95_ms=4000.0)
+    fast = make_snapshot(name="fast", e2e_p95_ms=800.0, num_requests_running=1)
+    decision = make_router(slow, fast).decide(route_request(model))
+    assert scores(decision, "latency") == {"slow": 0.25, "fast": 1.0}
+    assert decision.node.name == "fast"
+
+
+def test_gateway_observed_latency_wins_over_the_engine_report():
+    node = make_snapshot(name="n", e2e_p95_ms=100.0)
+    router = make_router(node)
+    for _ in range(20):
+        router.stats.record(node.id, ttft_ms=None, latency_ms=900.0, failed=False)
+    from apps.routing.router import node_latency_p95
+
+    assert node_latency_p95(router.stats, node) == 900.0
+
+
+def test_cost_per_1k_tokens_prefers_the_cheaper_node():
+    # $4/h at 1000 tok/s = 4 / 3600 per 1000 tokens; $2/h at 1000 tok/s is half.
+    dear = make_snapshot(name="dear", hourly_price_usd=4.0, generation_tokens_per_second=1000.0)
+    cheap = make_snapshot(name="cheap", hourly_price_usd=2.0, generation_tokens_per_second=1000.0)
+    assert cost_per_1k_tokens(dear) == pytest.approx(4 / 3600)
+    decision = make_router(dear, cheap, weights={"cost": 1.0}).decide(route_request())
+    assert scores(decision, "cost") == {"dear": 0.5, "cheap": 1.0}
+    assert decision.node.name == "cheap"
+
+
+def test_prefix_affinity_keeps_a_prefix_on_one_node_until_it_is_busy():
+    nodes = [make_snapshot(name=f"n{i}") for i in range(4)]
+    router = make_router(*nodes)
+    picks = {chosen(router, route_request(affinity=12345)) for _ in range(10)}
+    assert len(picks) == 1
+    others = {chosen(router, route_request(affinity=key)) for key in range(200, 260)}
+    assert len(others) > 1  # different prefixes spread out
+    (favourite,) = picks
+    node = next(n for n in nodes if n.name == favourite)
+    router.fleet.inflight[node.id] += 10  # overloaded: affinity yields
+    assert chosen(router, route_request(affinity=12345)) != favourite
+
+
+def test_affinity_is_the_same_in_every_process():
+    """Gateway replicas must agree on a prefix's node: no per-process hash seed may leak in."""
+    import subprocess
+    import sys
+
+    code = "from apps.routing.router import mix64; print(mix64(12345, 7), mix64(99, 3))"
+    env = {"PYTHONHASHSEED": "12345", "DMX_DEBUG": "1"}
+    import os
+
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, **env},
+    ).stdout.split()
+    assert [int(x) for x in out] == [mix64(12345, 7), mix64(99, 3)]
+    assert mix64(1, 1) != mix64(1, 2)
+
+
+def test_hardware_preference():
+    a = make_snapshot(name="a100", profile="nvidia-a100-sxm4-80gb")
+    h = make_snapshot(name="h100", profile="nvidia-h100-sxm", num_requests_running=1)
+    request = route_request(preferred_profiles=frozenset({"nvidia-h100-sxm"}))
+    assert chosen(make_router(a, h), request) == "h100"
+
+
+# Canary split ----------------------------------------------------------------------------------
+
+
+def canary_model(percent: float):
+    return make_model_entry(
+        versions={
+            1: VersionEntry(id=1, tag="v1", is_stable=True, canary_percent=0.0),
+            2: VersionEntry(id=2, tag="v2", is_stable=False, canary_percent=percent),
+            3: VersionEntry(id=3, tag="v0", is_stable=False, canary_percent=0.0),
+        }
+    )
+
+
+def test_canary_takes_its_share_deterministically():
+    model = canary_model(20.0)
+    ids = ["req_" + hashlib.md5(str(i).encode()).hexdigest() for i in range(2000)]
+    pools = [version_pools(model, rid)[0] for rid in ids]
+    share = pools.count("canary:v2") / len(pools)
+    assert 0.17 < share < 0.23
+    assert pools == [version_pools(model, rid)[0] for rid in ids]  # the same every time
+    assert split_bucket(ids[7]) == split_bucket(ids[7])
+
+
+def test_canary_pool_falls_back_to_stable_and_retired_versions_get_nothing():
+    model = canary_model(100.0)
+    stable = make_snapshot(name="stable", version_id=1)
+    retired = make_snapshot(name="retired", version_id=3)
+    decision = make_router(stable, retired).decide(route_request(model))
+    assert decision.fallback and decision.node.name == "stable"
+    assert verdicts(decision)["retired"] == "version"
+
+
+def test_trace_names_every_step():
+    a = make_snapshot(name="a", status="draining")
+    b = make_snapshot(name="b")
+    trace = make_router(a, b).decide(route_request()).trace()
+    assert [row["rejected_by"] for row in trace] == ["live", None]
+    assert trace[0]["scores"] == {}
+    assert set(trace[1]["scores"]) == {
+        "queue",
+        "kv_cache",
+        "bandwidth",
+        "temperature",
+        "latency",
+        "cost",
+        "affinity",
+        "hardware",
+    }

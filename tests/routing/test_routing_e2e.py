@@ -1,0 +1,201 @@
+"""Routing with two real vLLM workers serving dmx-tiny (versions v1 and v2): load, breaker
+state, drain, the canary split and prefix affinity each change where requests go."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+import urllib.request
+from collections import Counter
+
+import pytest
+
+from apps.hardware.fleet import NodeSnapshot, fleet_key
+from apps.keys.models import UsageRecord
+from apps.models.models import ModelVersion
+from apps.routing.services import breaker_reset, canary_start
+from dmxplatform.redis_client import sync_redis
+from tests.http import call
+from tests.stack import wait_for
+
+pytestmark = pytest.mark.e2e
+MODEL = "dmx-tiny"
+
+
+def ask(platform, content: str = "hi", *, system: str | None = None, max_tokens: int = 2) -> str:
+    messages = [{"role": "user", "content": content}]
+    if system:
+        messages.insert(0, {"role": "system", "content": system})
+    body = {"model": MODEL, "messages": messages, "max_tokens": max_tokens}
+    reply = call(
+        "POST", platform.api_url + "/chat/completions", key=platform.api_key, json_body=body
+    )
+    assert reply.status == 200, reply.body
+    return reply.headers["x-request-id"]
+
+
+def nodes_of(request_ids: list[str]) -> Counter:
+    """Which node served each request, from the usage ledger."""
+    records = wait_for(
+        lambda: (
+            (
+                rows := list(
+                    UsageRecord.objects.filter(request_id__in=request_ids).values_list(
+                        "node", flat=True
+                    )
+                )
+            )
+            and len(rows) == len(request_ids)
+            and rows
+        ),
+        timeout=20,
+        what="the requests' usage records",
+    )
+    return Counter(records)
+
+
+def node_name(platform, worker_key: str) -> str:
+    return platform.workers[worker_key].node_name
+
+
+def snapshot(name: str) -> NodeSnapshot:
+    for raw in sync_redis().hgetall(fleet_key()).values():
+        node = NodeSnapshot.decode(raw)
+        if node.name == name:
+            return node
+    raise LookupError(name)
+
+
+def test_both_nodes_take_traffic_when_idle(platform, committed):
+    served = nodes_of([ask(platform, f"question {i}") for i in range(16)])
+    assert set(served) == {node_name(platform, "dmx-tiny"), node_name(platform, "dmx-tiny-v2")}
+
+
+def test_load_on_a_node_sends_requests_to_the_other(platform, committed):
+    """Long generations sent straight to one engine make it busy; the gateway routes around."""
+    busy = platform.workers["dmx-tiny"]
+    url = f"http://127.0.0.1:{busy.port}/v1/completions"
+    payload = json.dumps(
+        {"model": MODEL, "prompt": "go", "max_tokens": 300, "ignore_eos": True}
+    ).encode()
+    stop = threading.Event()
+
+    def hammer():
+        while not stop.is_set():
+            request = urllib.request.Request(
+                url, data=payload, headers={"Content-Type": "application/json"}
+            )
+            urllib.request.urlopen(request, timeout=120).read()
+
+    # More running requests than DMX_ROUTE_AFFINITY_MAX_QUEUE, so no prefix keeps a request there.
+    threads = [threading.Thread(target=hammer, daemon=True) for _ in range(10)]
+    for thread in threads:
+        thread.start()
+    try:
+        wait_for(
+            lambda: snapshot(busy.node_name).num_requests_running >= 8,
+            timeout=15,
+            what="the busy node's heartbeat to show its load",
+        )
+        time.sleep(0.6)  # two gateway refreshes
+        served = nodes_of([ask(platform, f"load {i}") for i in range(10)])
+        assert served[node_name(platform, "dmx-tiny-v2")] >= 9, served
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=60)
+
+
+def test_an_open_breaker_takes_a_node_out_and_a_reset_brings_it_back(platform, committed, settings):
+    from apps.routing.breaker import BreakerBoard
+    from tests.keys.factories import run_with_redis
+
+    victim = snapshot(node_name(platform, "dmx-tiny"))
+
+    async def open_breaker(redis):
+        board = BreakerBoard(redis)
+        for _ in range(settings.DMX_BREAKER_FAILURES):
+            await board.record(victim.id, failed=True)
+
+    run_with_redis(open_breaker)
+    try:
+        time.sleep(0.6)
+        served = nodes_of([ask(platform, f"breaker {i}") for i in range(8)])
+        assert set(served) == {node_name(platform, "dmx-tiny-v2")}, served
+    finally:
+        breaker_reset(node_id=victim.id)
+    time.sleep(0.6)
+    served = nodes_of([ask(platform, f"after reset {i}") for i in range(16)])
+    assert node_name(platform, "dmx-tiny") in served
+
+
+def test_canary_split_follows_the_percentage(platform, committed):
+    v2 = ModelVersion.objects.get(model__name=MODEL, tag="v2")
+    canary_start(version=v2, percent=25)
+    try:
+        time.sleep(0.6)  # the catalog reloads on its version bump
+        ids = [ask(platform, f"canary {i}") for i in range(40)]
+        served = nodes_of(ids)
+        share = served[node_name(platform, "dmx-tiny-v2")] / len(ids)
+        from apps.routing.models import RoutingDecision
+
+        time.sleep(1.5)
+        why = [
+            (
+                d.candidates["pool"],
+                [(c["version"], c["rejected_by"]) for c in d.candidates["nodes"]],
+            )
+            for d in RoutingDecision.objects.filter(request_id__in=ids)[:10]
+        ]
+        assert 0.05 <= share <= 0.5, (served, why)
+        versions = Counter(
+            UsageRecord.objects.filter(request_id__in=ids).values_list("model_version", flat=True)
+        )
+        assert set(versions) == {"v1", "v2"}
+        # Deterministic: each request's version follows from its id alone.
+        from apps.routing.router import split_bucket
+
+        for request_id, version in UsageRecord.objects.filter(request_id__in=ids).values_list(
+            "request_id", "model_version"
+        ):
+            assert (split_bucket(request_id) < 25) == (version == "v2")
+    finally:
+        v2.is_stable, v2.canary_percent = True, 0
+        v2.save()
+        from apps.models.services import catalog_invalidate
+
+        catalog_invalidate()
+        time.sleep(0.6)
+
+
+def test_prefix_affinity_keeps_a_shared_system_prompt_on_one_node(platform, committed):
+    system = "You are the support assistant of a shipping company. " * 8
+    served = nodes_of([ask(platform, f"where is parcel {i}?", system=system) for i in range(10)])
+    assert len(served) == 1, served
+    other_prefixes = nodes_of([ask(platform, f"{i} " * 40) for i in range(16)])
+    assert len(other_prefixes) == 2, other_prefixes
+
+
+def test_a_draining_node_gets_no_new_requests(platform, committed):
+    """The worker's heartbeats are paused and a draining one sent in its name."""
+    worker = platform.workers["dmx-tiny"]
+    node = snapshot(worker.node_name)
+    os.kill(worker.process.pid, signal.SIGSTOP)
+    try:
+        heartbeat = {"status": "draining", "engine": {}}
+        reply = call(
+            "POST",
+            f"{platform.url}/internal/v1/nodes/{node.id}/heartbeat",
+            json_body=heartbeat,
+            headers={"Authorization": f"Bearer {platform.node_token}"},
+        )
+        assert reply.status == 200
+        time.sleep(0.6)
+        served = nodes_of([ask(platform, f"drain {i}") for i in range(8)])
+        assert set(served) == {node_name(platform, "dmx-tiny-v2")}, served
+    finally:
+        os.kill(worker.process.pid, signal.SIGCONT)
+    wait_for(lambda: snapshot(worker.node_name).status == "up", timeout=10, what="the node back up")
