@@ -66,33 +66,49 @@ class Client(asyncio.Protocol):
         return self.done
 
 
-def build_request(url: str, key: str | None, body: dict) -> tuple[str, int, bytes]:
+# Distinct prompts the requests cycle through, so that no cache along the way (a classifier's, a
+# node's prefix cache) serves the benchmark better than it would serve real traffic.
+DISTINCT_PROMPTS = 4096
+
+
+def build_requests(url: str, key: str | None, body: dict) -> tuple[str, int, list[bytes]]:
+    """Prebuilt requests: the body with its prompt varied DISTINCT_PROMPTS ways."""
     parts = urllib.parse.urlsplit(url)
-    raw = json.dumps(body).encode()
-    head = [
-        f"POST {parts.path} HTTP/1.1",
-        f"Host: {parts.hostname}:{parts.port}",
-        "Content-Type: application/json",
-        f"Content-Length: {len(raw)}",
-    ]
-    if key:
-        head.append(f"Authorization: Bearer {key}")
-    return parts.hostname, parts.port, ("\r\n".join(head) + "\r\n\r\n").encode() + raw
+    payloads = []
+    for i in range(DISTINCT_PROMPTS):
+        varied = json.loads(json.dumps(body))
+        if "messages" in varied:
+            varied["messages"][-1]["content"] += f" ({i})"
+        else:
+            varied["prompt"] += f" ({i})"
+        raw = json.dumps(varied).encode()
+        head = [
+            f"POST {parts.path} HTTP/1.1",
+            f"Host: {parts.hostname}:{parts.port}",
+            "Content-Type: application/json",
+            f"Content-Length: {len(raw)}",
+        ]
+        if key:
+            head.append(f"Authorization: Bearer {key}")
+        payloads.append(("\r\n".join(head) + "\r\n\r\n").encode() + raw)
+    return parts.hostname, parts.port, payloads
 
 
-async def _worker(host, port, payload, stats: Stats, measure_from: float, until: float) -> None:
+async def _worker(host, port, payloads, stats: Stats, measure_from: float, until: float) -> None:
     loop = asyncio.get_running_loop()
     _, client = await loop.create_connection(Client, host, port)
+    sent = 0
     while True:
         started = time.perf_counter()
         if started >= until:
             break
         try:
-            status = await client.request(payload)
+            status = await client.request(payloads[(id(client) + sent) % len(payloads)])
         except ConnectionError:
             stats.errors += 1
             _, client = await loop.create_connection(Client, host, port)
             continue
+        sent += 1
         finished = time.perf_counter()
         if started >= measure_from and finished <= until:
             stats.latencies.append(finished - started)
@@ -112,12 +128,12 @@ def _percentile(values: list[float], q: float) -> float:
 async def run(
     url: str, key: str | None, body: dict, *, concurrency: int, warmup: float, duration: float
 ) -> dict:
-    host, port, payload = build_request(url, key, body)
+    host, port, payloads = build_requests(url, key, body)
     stats = Stats()
     start = time.perf_counter()
     measure_from, until = start + warmup, start + warmup + duration
     await asyncio.gather(
-        *(_worker(host, port, payload, stats, measure_from, until) for _ in range(concurrency))
+        *(_worker(host, port, payloads, stats, measure_from, until) for _ in range(concurrency))
     )
     count = len(stats.latencies)
     ms = 1000.0

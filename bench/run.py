@@ -341,6 +341,80 @@ def vllm_point(
     return {"tokens": 64, "concurrency": 8, "direct": direct, "gateway": via}
 
 
+def profile(args, key: str, gateway_pid: int, gateway_url: str) -> str:
+    """Sample the gateway with py-spy under load; return the top functions by own time."""
+    import threading
+
+    sections = []
+    for stream in (False, True):
+        body = loadgen.request_body(model=MODEL, stream=stream, tokens=args.tokens)
+        out = RUN_DIR / f"profile-{'stream' if stream else 'json'}.txt"
+        load = threading.Thread(
+            target=lambda body=body: asyncio.run(
+                loadgen.run(
+                    gateway_url + "/v1/chat/completions",
+                    key,
+                    body,
+                    concurrency=8,
+                    warmup=0,
+                    duration=args.profile + 3,
+                )
+            )
+        )
+        load.start()
+        time.sleep(1)
+        subprocess.run(
+            [
+                str(ROOT / ".venv" / "bin" / "py-spy"),
+                "record",
+                "--pid",
+                str(gateway_pid),
+                "--duration",
+                str(args.profile),
+                "--rate",
+                "400",
+                "--format",
+                "raw",
+                "--output",
+                str(out),
+                "--nonblocking",
+            ],
+            check=True,
+            capture_output=True,
+        )
+        load.join()
+        sections.append(_top_frames(out, title="streamed" if stream else "non-streamed"))
+    return "\n".join(sections)
+
+
+def _top_frames(path: Path, *, title: str, limit: int = 15) -> str:
+    """Own-time and inclusive-time shares of the hottest functions in py-spy's raw output."""
+    own: dict[str, int] = {}
+    inclusive: dict[str, int] = {}
+    total = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack:
+            continue
+        samples = int(count)
+        total += samples
+        frames = [f.split(" (")[0] + " " + f.split("(")[-1].split(":")[0] for f in stack.split(";")]
+        own[frames[-1]] = own.get(frames[-1], 0) + samples
+        for frame in set(frames):
+            inclusive[frame] = inclusive.get(frame, 0) + samples
+    rows = [
+        f"Top {limit} by own time, {title} requests at C=8 ({total} samples):",
+        "",
+        "| own % | incl. % | function |",
+        "|---:|---:|---|",
+    ]
+    for frame, samples in sorted(own.items(), key=lambda kv: -kv[1])[:limit]:
+        rows.append(
+            f"| {100 * samples / total:.1f} | {100 * inclusive[frame] / total:.1f} | `{frame}` |"
+        )
+    return "\n".join(rows) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run: short points")
@@ -352,6 +426,8 @@ def main() -> None:
     parser.add_argument("--no-vllm", action="store_true")
     parser.add_argument("--vllm-duration", type=float, default=20)
     parser.add_argument("--redis-db", type=int, default=12)
+    parser.add_argument("--profile", type=int, default=0, help="seconds of py-spy sampling")
+    parser.add_argument("--no-points", action="store_true", help="skip the latency points")
     args = parser.parse_args()
     if args.quick:
         args.warmup, args.duration, args.vllm_duration = 0.5, 1.5, 3
@@ -360,7 +436,7 @@ def main() -> None:
     env = _env(args.redis_db)
     credentials = setup(env)
     procs = Processes(env)
-    upstream_port, gateway_port = 9100, 9000
+    upstream_port, gateway_port = free_port(), free_port()
     upstream_url = f"http://127.0.0.1:{upstream_port}"
     gateway_url = f"http://127.0.0.1:{gateway_port}"
     try:
@@ -404,8 +480,15 @@ def main() -> None:
             other_core,
         )
         _wait(gateway_url + "/v1/models", key=credentials["key"], contains=MODEL)
-        rows = fake_upstream_points(
-            args, env, credentials["key"], gateway.pid, upstream_url, gateway_url
+        rows = (
+            []
+            if args.no_points
+            else fake_upstream_points(
+                args, env, credentials["key"], gateway.pid, upstream_url, gateway_url
+            )
+        )
+        profiled = (
+            profile(args, credentials["key"], gateway.pid, gateway_url) if args.profile else ""
         )
         soak_result = (
             soak(args, credentials["key"], gateway.pid, gateway_url) if args.soak else None
@@ -427,7 +510,7 @@ def main() -> None:
         "warmup": args.warmup,
         "duration": args.duration,
     }
-    table = markdown(rows, vllm, soak_result, meta)
+    table = markdown(rows, vllm, soak_result, meta) + ("\n" + profiled if profiled else "")
     print(table)
     if not args.quick:
         RESULTS.mkdir(parents=True, exist_ok=True)

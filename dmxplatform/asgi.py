@@ -6,7 +6,14 @@ node API, /health and /metrics go through it as usual.
 
 import os
 
-from django.core.asgi import get_asgi_application
+# Each gateway process serves on one core; the thread pools numerical libraries start for
+# themselves (OpenBLAS's, the tokenizers' rayon) only spin against its event loop. Set before
+# Django imports the apps that import them.
+for _pool in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "RAYON_NUM_THREADS"):
+    os.environ.setdefault(_pool, "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from django.core.asgi import get_asgi_application  # noqa: E402
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dmxplatform.settings")
 django_application = get_asgi_application()  # sets Django up before the imports below

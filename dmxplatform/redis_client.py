@@ -8,6 +8,8 @@ import redis
 import redis.asyncio as aioredis
 from django.conf import settings
 
+from dmxplatform.resp import RespClient
+
 
 def rkey(*parts: object) -> str:
     """Return a Redis key under this deployment's prefix: rkey("fleet", "nodes")."""
@@ -36,3 +38,8 @@ def async_redis(*, blocking: bool = False) -> aioredis.Redis:
         socket_connect_timeout=settings.DMX_REDIS_TIMEOUT,
         health_check_interval=30,
     )
+
+
+def resp_client() -> RespClient:
+    """Return a new lean client for the request path (dmxplatform.resp), one per event loop."""
+    return RespClient(settings.REDIS_URL, timeout=settings.DMX_REDIS_TIMEOUT)

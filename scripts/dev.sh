@@ -72,7 +72,7 @@ trap cleanup EXIT INT TERM
 
 echo "==> starting the gateway on http://$GATEWAY_HOST:$GATEWAY_PORT"
 .venv/bin/uvicorn dmxplatform.asgi:application --host "$GATEWAY_HOST" --port "$GATEWAY_PORT" \
-  --loop uvloop --http httptools --lifespan on --no-access-log --workers "${DMX_GATEWAY_WORKERS:-1}" \
+  --loop uvloop --http httptools --lifespan on --no-access-log --no-proxy-headers --workers "${DMX_GATEWAY_WORKERS:-1}" \
   > .run/gateway.log 2>&1 &
 pids+=($!)
 

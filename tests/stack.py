@@ -33,6 +33,8 @@ def gateway_argv(port: int) -> list[str]:
         str(ROOT / ".venv" / "bin" / "uvicorn"), "dmxplatform.asgi:application",
         "--host", "127.0.0.1", "--port", str(port), "--loop", "uvloop", "--http", "httptools",
         "--lifespan", "on", "--no-access-log",
+        # The gateway reads X-Forwarded-For itself, from DMX_TRUSTED_PROXIES only.
+        "--no-proxy-headers",
     ]  # fmt: skip
 
 

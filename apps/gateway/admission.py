@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 from django.conf import settings
-from redis.exceptions import RedisError
 
 from apps.gateway.schemas import CompletionRequest
 from apps.keys.errors import KeysErrorCode
@@ -17,6 +16,7 @@ from dmxplatform.errors import (
     RateLimitError,
     ServiceUnavailableError,
 )
+from dmxplatform.resp import RedisUnavailable
 
 # Retry-After for a request that can never fit a per-minute limit: the window's length.
 NEVER_FITS_RETRY_SECONDS = 60
@@ -86,10 +86,10 @@ async def admit(
     nonce: str | None,
 ) -> Admission:
     """Check and reserve in one Redis round trip; raise the right refusal."""
-    rules = rules_for(key, model=model, tokens=reserve, nonce=nonce)
+    rules = rules_for(key, model=model, nonce=nonce)
     try:
-        admission = await limiter.admit(request_id, rules)
-    except (RedisError, OSError) as exc:
+        admission = await limiter.admit(request_id, rules, tokens=reserve)
+    except RedisUnavailable as exc:
         # Without Redis no limit can be enforced anywhere: refuse rather than serve unmetered.
         raise ServiceUnavailableError(
             "Rate limits cannot be checked right now. Please retry shortly.",

@@ -18,7 +18,7 @@ class GatewayErrorCode(StrEnum):
     CONTENT_POLICY_VIOLATION = "content_policy_violation"
     NO_CAPACITY = "no_capacity"
     UPSTREAM_ERROR = "upstream_error"
-    UPSTREAM_TIMEOUT = "upstream_timeout"
+    STATE_UNAVAILABLE = "state_unavailable"
     REQUEST_TOO_LARGE = "request_too_large"
     METHOD_NOT_ALLOWED = "method_not_allowed"
     NOT_FOUND = "not_found"

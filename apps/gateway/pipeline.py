@@ -21,7 +21,6 @@ import os
 import time
 from typing import Any
 
-import aiohttp
 from django.conf import settings
 
 from apps.gateway import sse
@@ -37,6 +36,7 @@ from apps.gateway.responses import EVENT_STREAM, Headers, header, read_body, sen
 from apps.gateway.runtime import GatewayRuntime, get_runtime
 from apps.gateway.schemas import CompletionRequest, Endpoint, parse_json, validate_completion
 from apps.gateway.upstream import connect, upstream_error
+from apps.gateway.upstream_http import UpstreamConnectionError, UpstreamResponse
 from apps.hardware.fleet import NodeSnapshot
 from apps.keys.choices import UsageStatus
 from apps.keys.keycache import KeyRecord
@@ -55,6 +55,7 @@ from dmxplatform.errors import (
     ServiceUnavailableError,
     UpstreamError,
 )
+from dmxplatform.resp import RedisUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -173,6 +174,22 @@ class CompletionCall:
             await self._observe(runtime)
         except ApplicationError as error:
             await self._fail(runtime, error)
+        except UpstreamConnectionError as exc:
+            await self._fail(
+                runtime,
+                UpstreamError(
+                    f"The model server failed: {exc}", code=GatewayErrorCode.UPSTREAM_ERROR
+                ),
+            )
+        except RedisUnavailable:
+            await self._fail(
+                runtime,
+                ServiceUnavailableError(
+                    "The gateway cannot reach its state store. Please retry shortly.",
+                    code=GatewayErrorCode.STATE_UNAVAILABLE,
+                    headers={"Retry-After": str(settings.DMX_RETRY_AFTER_SECONDS)},
+                ),
+            )
         except Exception:
             logger.exception("request %s failed", self.request_id)
             await self._fail(
@@ -284,7 +301,7 @@ class CompletionCall:
             return
         await send_error(self.send, error, self.headers)
 
-    async def _respond(self, runtime: GatewayRuntime, response: aiohttp.ClientResponse) -> None:
+    async def _respond(self, runtime: GatewayRuntime, response: UpstreamResponse) -> None:
         data = await response.read()
         self.mark("upstream")
         self.first_token_at = time.perf_counter()
@@ -297,7 +314,7 @@ class CompletionCall:
         await self._settle(runtime)
         await send_json(self.send, 200, data, self.headers)
 
-    async def _stream(self, runtime: GatewayRuntime, response: aiohttp.ClientResponse) -> None:
+    async def _stream(self, runtime: GatewayRuntime, response: UpstreamResponse) -> None:
         relay = asyncio.ensure_future(self._relay(runtime, response))
         disconnect = asyncio.ensure_future(self._wait_disconnect())
         done, _ = await asyncio.wait((relay, disconnect), return_when=asyncio.FIRST_COMPLETED)
@@ -317,7 +334,7 @@ class CompletionCall:
         while (await self.receive())["type"] != "http.disconnect":
             pass
 
-    async def _relay(self, runtime: GatewayRuntime, response: aiohttp.ClientResponse) -> None:
+    async def _relay(self, runtime: GatewayRuntime, response: UpstreamResponse) -> None:
         await self.send(
             {
                 "type": "http.response.start",
@@ -335,7 +352,7 @@ class CompletionCall:
             runtime.content_filter, endpoint=self.endpoint, include_usage=self.request.include_usage
         )
         splitter = sse.EventSplitter()
-        async for chunk in response.content.iter_any():
+        async for chunk in response.chunks():
             out = []
             for event in splitter.feed(chunk):
                 data = sse.data_of(event)

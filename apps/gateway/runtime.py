@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import logging
 
-import aiohttp
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.conf import settings
@@ -23,6 +22,7 @@ from apps.gateway.clients import trusted_networks
 from apps.gateway.content_filter import ContentFilter
 from apps.gateway.selectors import content_filter_load
 from apps.gateway.services import CONTENT_FILTER_VERSION_KEY
+from apps.gateway.upstream_http import HttpPool
 from apps.hardware.fleet import NodeSnapshot, fleet_key
 from apps.keys.keycache import KeyCache, invalidation_channel
 from apps.keys.ratelimit import Limiter
@@ -39,7 +39,7 @@ from apps.routing.selectors import routing_table_load
 from apps.routing.services import ROUTING_TABLE_VERSION_KEY
 from apps.routing.stats import GatewayStats
 from apps.routing.table import RoutingTable
-from dmxplatform.redis_client import async_redis, rkey
+from dmxplatform.redis_client import async_redis, resp_client, rkey
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +49,8 @@ RECONNECT_DELAY = 1.0
 
 class GatewayRuntime:
     def __init__(self) -> None:
-        self.redis = async_redis()
+        self.redis = async_redis()  # background work: refreshes
+        self.fast_redis = resp_client()  # the request path (dmxplatform.resp)
         self._listener = async_redis(blocking=True)
         self.fleet = FleetView(stale_after=settings.DMX_NODE_STALE_SECONDS)
         self.catalog = Catalog()
@@ -57,39 +58,28 @@ class GatewayRuntime:
         # closed (an outage, a failover) before and after each call; a plain thread would keep a
         # dead connection, and every later reload would fail.
         self.keys = KeyCache(
-            redis=self.redis,
+            redis=self.fast_redis,
             load=database_sync_to_async(key_record_load),
             ttl=settings.DMX_KEY_CACHE_TTL_SECONDS,
         )
-        self.limiter = Limiter(self.redis)
+        self.limiter = Limiter(self.fast_redis)
         self.content_filter = ContentFilter(())
         self.content_filter_version = -1
         self.routing_table = RoutingTable()
-        self.breakers = BreakerBoard(self.redis)
+        self.breakers = BreakerBoard(self.fast_redis)
         self.stats = GatewayStats()
         self.queues = AdmissionQueues()
         self.router = Router(fleet=self.fleet, breakers=self.breakers, stats=self.stats)
         self.decision_sampler = DecisionSampler(settings.DMX_DECISION_LOG_PER_SECOND)
         self.trusted_proxies = trusted_networks(tuple(settings.DMX_TRUSTED_PROXIES))
-        self.http: aiohttp.ClientSession | None = None
+        self.http: HttpPool | None = None
         self._tasks: list[asyncio.Task] = []
 
     async def start(self) -> None:
-        connector = aiohttp.TCPConnector(
-            limit=0,  # bounded per node instead, below
-            limit_per_host=settings.DMX_UPSTREAM_POOL_PER_NODE,
-            keepalive_timeout=30,
-            enable_cleanup_closed=True,
-        )
-        self.http = aiohttp.ClientSession(
-            connector=connector,
-            timeout=aiohttp.ClientTimeout(
-                total=None,
-                sock_connect=settings.DMX_UPSTREAM_CONNECT_TIMEOUT,
-                sock_read=settings.DMX_UPSTREAM_READ_TIMEOUT,
-            ),
-            auto_decompress=False,
-            skip_auto_headers=("User-Agent",),
+        self.http = HttpPool(
+            connect_timeout=settings.DMX_UPSTREAM_CONNECT_TIMEOUT,
+            read_timeout=settings.DMX_UPSTREAM_READ_TIMEOUT,
+            max_idle_per_node=settings.DMX_UPSTREAM_POOL_PER_NODE,
         )
         await sync_to_async(intent.load, thread_sensitive=False)()
         await self.refresh()
@@ -107,6 +97,7 @@ class GatewayRuntime:
         if self.http is not None:
             await self.http.close()
         await self.redis.aclose()
+        await self.fast_redis.close()
         await self._listener.aclose()
 
     async def refresh(self) -> None:

@@ -1,4 +1,4 @@
-"""The hop to a vLLM node: pick one, connect over the pooled client, retry once before any byte."""
+"""The hop to a vLLM node: pick one, send over the pooled client, retry once before any byte."""
 
 from __future__ import annotations
 
@@ -6,12 +6,12 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING
 
-import aiohttp
 import orjson
 from django.conf import settings
 
 from apps.gateway.errors import GatewayErrorCode
 from apps.gateway.schemas import CompletionRequest
+from apps.gateway.upstream_http import UpstreamConnectionError, UpstreamResponse
 from apps.hardware.fleet import NodeSnapshot
 from dmxplatform.errors import (
     ApplicationError,
@@ -26,10 +26,9 @@ if TYPE_CHECKING:
 # One retry on another node, and only before the client has seen a byte: after that a retry
 # could duplicate text the client already holds.
 MAX_ATTEMPTS = 2
-_HEADERS = {"Content-Type": "application/json", "Accept": "application/json"}
 # vLLM schedules lower priorities first; our tiers rank higher tiers first (PriorityTier).
 VLLM_PRIORITY_OF_TIER = 2
-_UPSTREAM_FAILURES = (aiohttp.ClientError, TimeoutError, OSError)
+_UPSTREAM_FAILURES = (UpstreamConnectionError, TimeoutError, OSError)
 
 
 def upstream_body(request: CompletionRequest, node: NodeSnapshot, *, priority: int) -> bytes:
@@ -77,7 +76,7 @@ Route = Callable[[list[int]], Awaitable[NodeSnapshot | None]]
 @contextlib.asynccontextmanager
 async def connect(
     runtime: GatewayRuntime, request: CompletionRequest, route: Route, *, priority: int
-) -> AsyncIterator[tuple[NodeSnapshot, aiohttp.ClientResponse]]:
+) -> AsyncIterator[tuple[NodeSnapshot, UpstreamResponse]]:
     """Yield the first node that answers below 500 and its response; retry once on failure.
 
     `route(tried)` picks a node other than those tried. A node that fails counts against its
@@ -94,9 +93,7 @@ async def connect(
         runtime.fleet.inflight[node.id] += 1
         try:
             response = await runtime.http.post(
-                node.url + request.endpoint.path,
-                data=upstream_body(request, node, priority=priority),
-                headers=_HEADERS,
+                node.url + request.endpoint.path, upstream_body(request, node, priority=priority)
             )
         except _UPSTREAM_FAILURES as exc:
             runtime.fleet.inflight[node.id] -= 1
@@ -115,10 +112,7 @@ async def connect(
         try:
             yield node, response
         finally:
-            if response.content.at_eof():
-                response.release()
-            else:
-                response.close()
+            response.release()
             runtime.fleet.inflight[node.id] -= 1
             runtime.queues.wake(node.model)
         return

@@ -15,9 +15,9 @@ from dataclasses import dataclass, field, fields
 from functools import cached_property
 
 import orjson
-import redis.asyncio as aioredis
 
 from dmxplatform.redis_client import rkey
+from dmxplatform.resp import RespClient
 
 INVALIDATION_CHANNEL = ("invalidate",)
 # Unknown key ids are remembered this long, so that random keys cannot flood the database.
@@ -75,6 +75,11 @@ class KeyRecord:
         return tuple(ipaddress.ip_network(n, strict=False) for n in self.allowed_networks)
 
     @cached_property
+    def rule_cache(self) -> dict:
+        """The limit rules built for this record (apps.keys.ratelimit.rules_for)."""
+        return {}
+
+    @cached_property
     def signing_secret(self) -> bytes | None:
         from apps.keys.signing import signing_secret_decrypt
 
@@ -123,7 +128,7 @@ class KeyCache:
     def __init__(
         self,
         *,
-        redis: aioredis.Redis,
+        redis: RespClient,
         load: Callable[[str], Awaitable[KeyRecord | None]],
         ttl: float,
     ) -> None:
@@ -138,7 +143,7 @@ class KeyCache:
         entry = self._entries.get(key_id)
         if entry is not None and entry[0] > now:
             return entry[1]
-        raw = await self._redis.get(record_key(key_id))
+        raw = await self._redis.execute(b"GET", record_key(key_id))
         if raw == _MISSING:
             record = None
         elif raw is not None:
@@ -146,9 +151,11 @@ class KeyCache:
         else:
             record = await self._load(key_id)
             if record is None:
-                await self._redis.set(record_key(key_id), _MISSING, ex=NEGATIVE_TTL_SECONDS)
+                await self._redis.execute(
+                    b"SET", record_key(key_id), _MISSING, b"EX", NEGATIVE_TTL_SECONDS
+                )
             else:
-                await self._redis.set(record_key(key_id), record.encode())
+                await self._redis.execute(b"SET", record_key(key_id), record.encode())
         self._entries[key_id] = (now + self._ttl, record)
         return record
 

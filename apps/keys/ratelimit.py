@@ -10,18 +10,18 @@ script, so usage can never be recorded without the limits being settled or the o
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import redis.asyncio as aioredis
-
 from apps.keys.choices import QuotaPeriod
 from apps.keys.keycache import KeyRecord, Limits
 from apps.keys.signing import REPLAY_TTL_SECONDS
 from dmxplatform.redis_client import rkey
+from dmxplatform.resp import RespClient, Script
 
 _LUA = Path(__file__).parent / "lua"
 MINUTE_MS = 60_000
@@ -41,11 +41,13 @@ class Meter:
 
 @dataclass(frozen=True, slots=True)
 class Rule:
+    """One limit a request must pass; it costs the request's tokens (token buckets and
+    quotas), one (request buckets and concurrency slots) or nothing (nonces)."""
+
     meter: str
     key: str
     kind: str  # admit.lua's kind
     limit: float
-    cost: float
     param: float
 
     @property
@@ -109,18 +111,16 @@ def period_bounds(period: str, now: datetime) -> tuple[str, datetime]:
     return start.strftime("%Y%m"), following
 
 
-def _minute_rules(scope: str, owner: int | str, limits: Limits, tokens: int) -> list[Rule]:
+def _minute_rules(scope: str, owner: int | str, limits: Limits) -> list[Rule]:
     rules = []
     if limits.requests_per_minute:
         rpm = limits.requests_per_minute
         rules.append(
-            Rule(Meter.REQUESTS, rkey("rl", scope, owner, "rpm"), "r", rpm, 1, rpm / MINUTE_MS)
+            Rule(Meter.REQUESTS, rkey("rl", scope, owner, "rpm"), "r", rpm, rpm / MINUTE_MS)
         )
     if limits.tokens_per_minute:
         tpm = limits.tokens_per_minute
-        rules.append(
-            Rule(Meter.TOKENS, rkey("rl", scope, owner, "tpm"), "r", tpm, tokens, tpm / MINUTE_MS)
-        )
+        rules.append(Rule(Meter.TOKENS, rkey("rl", scope, owner, "tpm"), "r", tpm, tpm / MINUTE_MS))
     if limits.max_concurrent_requests:
         rules.append(
             Rule(
@@ -128,20 +128,15 @@ def _minute_rules(scope: str, owner: int | str, limits: Limits, tokens: int) -> 
                 rkey("rl", scope, owner, "conc"),
                 "c",
                 limits.max_concurrent_requests,
-                1,
                 SLOT_LEASE_MS,
             )
         )
     return rules
 
 
-def rules_for(
-    key: KeyRecord, *, model: str, tokens: int, nonce: str | None = None, now: float | None = None
-) -> tuple[Rule, ...]:
-    """Every rule a request for `model` reserving `tokens` must pass."""
-    rules = _minute_rules("t", key.tenant_id, key.tenant_limits, tokens)
-    rules += _minute_rules("k", key.id, key.key_limits, tokens)
-    moment = datetime.fromtimestamp(time.time() if now is None else now, tz=UTC)
+def _build_rules(key: KeyRecord, model: str, moment: datetime) -> tuple[Rule, ...]:
+    rules = _minute_rules("t", key.tenant_id, key.tenant_limits)
+    rules += _minute_rules("k", key.id, key.key_limits)
     for quota in key.quotas:
         if quota.model and quota.model != model:
             continue
@@ -154,33 +149,50 @@ def rules_for(
                 rkey("quota", quota.scope, owner, label, quota.model or "*"),
                 "q",
                 quota.tokens,
-                tokens,
                 ttl_ms,
-            )
-        )
-    if nonce is not None:
-        rules.append(
-            Rule(
-                Meter.NONCE, rkey("nonce", key.key_id, nonce), "n", 0, 0, REPLAY_TTL_SECONDS * 1000
             )
         )
     return tuple(rules)
 
 
+def rules_for(
+    key: KeyRecord, *, model: str, nonce: str | None = None, now: float | None = None
+) -> tuple[Rule, ...]:
+    """Every rule a request for `model` must pass.
+
+    They change only with the key record, the model and the hour (quota periods roll over on
+    hour boundaries at the finest), so they are built once per key, model and hour and kept
+    on the cached key record; only a signed request's nonce is added per request.
+    """
+    moment = time.time() if now is None else now
+    cache_key = (model, int(moment // 3600))
+    rules = key.rule_cache.get(cache_key)
+    if rules is None:
+        rules = _build_rules(key, model, datetime.fromtimestamp(moment, tz=UTC))
+        key.rule_cache.clear()  # an old hour's rules are no use any more
+        key.rule_cache[cache_key] = rules
+    if nonce is not None:
+        rules = (
+            *rules,
+            Rule(Meter.NONCE, rkey("nonce", key.key_id, nonce), "n", 0, REPLAY_TTL_SECONDS * 1000),
+        )
+    return rules
+
+
 class Limiter:
-    """The two scripts, bound to one gateway process's Redis client."""
+    """The two scripts, run over one gateway process's lean Redis client."""
 
-    def __init__(self, redis: aioredis.Redis) -> None:
-        self._admit = redis.register_script((_LUA / "admit.lua").read_text())
-        self._settle = redis.register_script((_LUA / "settle.lua").read_text())
+    def __init__(self, redis: RespClient) -> None:
+        self._redis = redis
+        self._admit = Script((_LUA / "admit.lua").read_text())
+        self._settle = Script((_LUA / "settle.lua").read_text())
 
-    async def admit(self, request_id: str, rules: tuple[Rule, ...]) -> Admission:
+    async def admit(self, request_id: str, rules: tuple[Rule, ...], *, tokens: int) -> Admission:
+        """Check and reserve `tokens` against every rule in one round trip."""
         if not rules:
             return Admission(admitted=True, rules=rules)
-        args: list[str | float] = [request_id]
-        for rule in rules:
-            args += [rule.kind, rule.limit, rule.cost, rule.param]
-        reply = await self._admit(keys=[rule.key for rule in rules], args=args)
+        keys, spec = _admit_spec(rules)
+        reply = await self._redis.run(self._admit, keys, [request_id, tokens, spec])
         admitted, failed, retry = int(reply[0]), int(reply[1]), int(reply[2])
         if not admitted:
             return Admission(
@@ -203,9 +215,28 @@ class Limiter:
     ) -> None:
         """Refund the overestimate, free the slot and append the events (durable stream key,
         payload), in one round trip."""
-        args: list[str | float | bytes] = [request_id, refund, len(rules)]
-        for rule in rules:
-            args += [rule.settle_kind, rule.limit, rule.param]
-        args += [payload for _, payload in events]
-        keys = [*(rule.key for rule in rules), *(stream for stream, _ in events)]
-        await self._settle(keys=keys, args=args)
+        keys, spec = _settle_spec(rules)
+        await self._redis.run(
+            self._settle,
+            [*keys, *(stream for stream, _ in events)],
+            [request_id, refund, spec, *(payload for _, payload in events)],
+        )
+
+
+# A rule set's keys and specs are the same for every request of a key, model and hour: made once.
+_SPEC_CACHE = 4096
+
+
+@functools.lru_cache(maxsize=_SPEC_CACHE)
+def _admit_spec(rules: tuple[Rule, ...]) -> tuple[list[str], str]:
+    costs = {Meter.TOKENS: "t", Meter.QUOTA: "t", Meter.NONCE: "0"}
+    spec = ";".join(
+        f"{rule.kind} {costs.get(rule.meter, '1')} {rule.limit!r} {rule.param!r}" for rule in rules
+    )
+    return [rule.key for rule in rules], spec
+
+
+@functools.lru_cache(maxsize=_SPEC_CACHE)
+def _settle_spec(rules: tuple[Rule, ...]) -> tuple[list[str], str]:
+    spec = ";".join(f"{rule.settle_kind} {rule.limit!r} {rule.param!r}" for rule in rules)
+    return [rule.key for rule in rules], spec

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-import redis.asyncio as aioredis
 from django.conf import settings
 
 from dmxplatform.redis_client import rkey
+from dmxplatform.resp import RespClient, Script
 
 _LUA = (Path(__file__).parent / "lua" / "breaker.lua").read_text()
 
@@ -60,9 +60,9 @@ CLOSED = Breaker(state=BreakerState.CLOSED, failures=0, opened_at=0.0)
 class BreakerBoard:
     """One gateway process's view of every breaker, and the writes that change them."""
 
-    def __init__(self, redis: aioredis.Redis) -> None:
+    def __init__(self, redis: RespClient) -> None:
         self._redis = redis
-        self._record = redis.register_script(_LUA)
+        self._record = Script(_LUA)
         self._breakers: dict[int, Breaker] = {}
 
     def replace(self, raw: dict[bytes, bytes]) -> None:
@@ -79,16 +79,18 @@ class BreakerBoard:
     async def try_probe(self, node_id: int) -> bool:
         """Take the half-open node's single probe; False when another request has it."""
         ttl_ms = int(settings.DMX_BREAKER_COOLDOWN_SECONDS * 1000)
-        return bool(await self._redis.set(probe_key(node_id), 1, nx=True, px=ttl_ms))
+        taken = await self._redis.execute(b"SET", probe_key(node_id), 1, b"NX", b"PX", ttl_ms)
+        return taken is not None
 
     async def record(self, node_id: int, *, failed: bool) -> None:
         """Count an outcome; a success on a clean breaker is not worth a round trip."""
         breaker = self.get(node_id)
         if not failed and breaker.state == BreakerState.CLOSED and breaker.failures == 0:
             return
-        result = await self._record(
-            keys=[breakers_key(), probe_key(node_id)],
-            args=[node_id, 1 if failed else 0, settings.DMX_BREAKER_FAILURES],
+        result = await self._redis.run(
+            self._record,
+            [breakers_key(), probe_key(node_id)],
+            [node_id, 1 if failed else 0, settings.DMX_BREAKER_FAILURES],
         )
         state, *rest = result.decode().split()
         self._breakers[node_id] = (

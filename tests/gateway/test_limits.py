@@ -105,7 +105,7 @@ def test_concurrency_is_shared_across_replicas(platform, committed):
 def quota_used(key_id: str) -> int:
     """Tokens charged to the key's day quota, read from Redis."""
     record = key_record_load(key_id)
-    (rule,) = [r for r in rules_for(record, model=MODEL, tokens=0) if r.meter == "quota"]
+    (rule,) = [r for r in rules_for(record, model=MODEL) if r.meter == "quota"]
     return int(sync_redis().get(rule.key) or 0)
 
 

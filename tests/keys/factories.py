@@ -6,7 +6,7 @@ import uuid
 from apps.keys.keycache import KeyRecord
 from apps.keys.models import ApiKey, Tenant
 from apps.keys.services import api_key_create, tenant_create
-from dmxplatform.redis_client import async_redis
+from dmxplatform.redis_client import resp_client
 
 
 def make_tenant(**overrides) -> Tenant:
@@ -41,13 +41,13 @@ def make_key_record(key_id: str = "abcdefgh", **overrides) -> KeyRecord:
 
 
 def run_with_redis(scenario):
-    """Run `await scenario(redis)` on a fresh event loop with its own asyncio client."""
+    """Run `await scenario(redis)` on a fresh event loop with the request path's client."""
 
     async def main():
-        redis = async_redis()
+        redis = resp_client()
         try:
             return await scenario(redis)
         finally:
-            await redis.aclose()
+            await redis.close()
 
     return asyncio.run(main())

@@ -28,8 +28,8 @@ def test_miss_loads_once_writes_through_and_serves_from_memory():
     async def scenario(redis):
         cache = KeyCache(redis=redis, load=load, ttl=60)
         first = await cache.get("abcdefgh")
-        written = KeyRecord.decode(await redis.get(record_key("abcdefgh")))
-        await redis.delete(record_key("abcdefgh"))  # memory alone must answer now
+        written = KeyRecord.decode(await redis.execute("GET", record_key("abcdefgh")))
+        await redis.execute("DEL", record_key("abcdefgh"))  # memory alone must answer now
         second = await cache.get("abcdefgh")
         return first, written, second
 
@@ -73,7 +73,7 @@ def test_invalidation_drops_the_memory_copy():
     async def scenario(redis):
         cache = KeyCache(redis=redis, load=load, ttl=60)
         await cache.get("abcdefgh")
-        await redis.set(record_key("abcdefgh"), record(revoked=True).encode())
+        await redis.execute("SET", record_key("abcdefgh"), record(revoked=True).encode())
         stale = await cache.get("abcdefgh")
         cache.invalidate("apikey:abcdefgh")
         fresh = await cache.get("abcdefgh")
@@ -90,7 +90,7 @@ def test_ttl_bounds_staleness_without_invalidation():
     async def scenario(redis):
         cache = KeyCache(redis=redis, load=load, ttl=0.05)
         await cache.get("abcdefgh")
-        await redis.set(record_key("abcdefgh"), record(name="edited").encode())
+        await redis.execute("SET", record_key("abcdefgh"), record(name="edited").encode())
         await asyncio.sleep(0.1)
         return await cache.get("abcdefgh")
 

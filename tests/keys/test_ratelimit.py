@@ -29,8 +29,8 @@ def admit_many(record: KeyRecord, count: int, *, tokens: int = 10, model: str = 
     async def scenario(limiter):
         results = []
         for i in range(count):
-            rules = rules_for(record, model=model, tokens=tokens)
-            results.append(await limiter.admit(f"req_{i}", rules))
+            rules = rules_for(record, model=model)
+            results.append(await limiter.admit(f"req_{i}", rules, tokens=tokens))
         return results
 
     return run(scenario)
@@ -60,8 +60,8 @@ def test_a_refused_request_reserves_nothing():
     )
 
     async def scenario(limiter):
-        big = await limiter.admit("req_big", rules_for(record, model="m", tokens=150))
-        small = await limiter.admit("req_small", rules_for(record, model="m", tokens=10))
+        big = await limiter.admit("req_big", rules_for(record, model="m"), tokens=150)
+        small = await limiter.admit("req_small", rules_for(record, model="m"), tokens=10)
         return big, small
 
     big, small = run(scenario)
@@ -88,12 +88,12 @@ def test_concurrency_slots_are_freed_by_settle():
     record = key(key_limits=Limits(max_concurrent_requests=2))
 
     async def scenario(limiter):
-        rules = rules_for(record, model="m", tokens=1)
-        first = await limiter.admit("req_1", rules)
-        second = await limiter.admit("req_2", rules)
-        third = await limiter.admit("req_3", rules)
+        rules = rules_for(record, model="m")
+        first = await limiter.admit("req_1", rules, tokens=1)
+        second = await limiter.admit("req_2", rules, tokens=1)
+        third = await limiter.admit("req_3", rules, tokens=1)
         await limiter.settle("req_1", first.rules, refund=0, events=[])
-        fourth = await limiter.admit("req_4", rules)
+        fourth = await limiter.admit("req_4", rules, tokens=1)
         return first, second, third, fourth
 
     results = run(scenario)
@@ -108,15 +108,15 @@ def test_settle_refunds_tokens_and_appends_the_usage_event():
     )
 
     async def scenario(limiter):
-        rules = rules_for(record, model="m", tokens=400)
-        admitted = await limiter.admit("req_a", rules)
+        rules = rules_for(record, model="m")
+        admitted = await limiter.admit("req_a", rules, tokens=400)
         await limiter.settle(
             "req_a",
             admitted.rules,
             refund=400 - 120,
             events=[(ledger.stream_key(), b'{"request_id": "req_a"}')],
         )
-        after = await limiter.admit("req_b", rules_for(record, model="m", tokens=10))
+        after = await limiter.admit("req_b", rules_for(record, model="m"), tokens=10)
         return after
 
     after = run(scenario)
@@ -132,8 +132,8 @@ def test_quota_exhaustion_says_when_it_renews():
     record = key(quotas=(Quota(scope="key", period="hour", model="", tokens=100),))
 
     async def scenario(limiter):
-        await limiter.admit("req_1", rules_for(record, model="m", tokens=80))
-        return await limiter.admit("req_2", rules_for(record, model="m", tokens=30))
+        await limiter.admit("req_1", rules_for(record, model="m"), tokens=80)
+        return await limiter.admit("req_2", rules_for(record, model="m"), tokens=30)
 
     refused = run(scenario)
     assert refused.failed.meter == Meter.QUOTA
@@ -150,9 +150,9 @@ def test_a_signature_is_accepted_once():
     record = key()
 
     async def scenario(limiter):
-        first = await limiter.admit("req_1", rules_for(record, model="m", tokens=1, nonce="abc"))
-        again = await limiter.admit("req_2", rules_for(record, model="m", tokens=1, nonce="abc"))
-        other = await limiter.admit("req_3", rules_for(record, model="m", tokens=1, nonce="def"))
+        first = await limiter.admit("req_1", rules_for(record, model="m", nonce="abc"), tokens=1)
+        again = await limiter.admit("req_2", rules_for(record, model="m", nonce="abc"), tokens=1)
+        other = await limiter.admit("req_3", rules_for(record, model="m", nonce="def"), tokens=1)
         return first, again, other
 
     first, again, other = run(scenario)
@@ -162,7 +162,7 @@ def test_a_signature_is_accepted_once():
 
 def test_no_limits_no_round_trip():
     assert admit_many(key(), 3) and all(r.admitted for r in admit_many(key(), 3))
-    assert rules_for(key(), model="m", tokens=5) == ()
+    assert rules_for(key(), model="m") == ()
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ def _own_redis_keys(private_redis):
 
 
 async def refreshed(redis, board: BreakerBoard) -> BreakerBoard:
-    board.replace(await redis.hgetall(breakers_key()))
+    board.replace(sync_redis().hgetall(breakers_key()))
     return board
 
 
@@ -81,7 +81,7 @@ def test_healthy_traffic_writes_nothing():
         board = BreakerBoard(redis)
         for _ in range(5):
             await board.record(7, failed=False)
-        return await redis.exists(breakers_key())
+        return sync_redis().exists(breakers_key())
 
     assert run_with_redis(scenario) == 0
 

@@ -33,8 +33,20 @@ def ask(platform, content: str = "hi", *, system: str | None = None, max_tokens:
     reply = call(
         "POST", platform.api_url + "/chat/completions", key=platform.api_key, json_body=body
     )
-    assert reply.status == 200, reply.body
+    assert reply.status == 200, (reply.body, decision_of(reply.headers["x-request-id"]))
     return reply.headers["x-request-id"]
+
+
+def decision_of(request_id: str):
+    """The routing decision the log kept for a request (every unrouted one is kept)."""
+    from apps.routing.models import RoutingDecision
+
+    decision = wait_for(
+        lambda: RoutingDecision.objects.filter(request_id=request_id).first(),
+        timeout=10,
+        what="the decision log",
+    )
+    return [(c["node"], c["rejected_by"]) for c in decision.candidates["nodes"]]
 
 
 def nodes_of(request_ids: list[str]) -> Counter:
@@ -79,7 +91,7 @@ def test_load_on_a_node_sends_requests_to_the_other(platform, committed):
     busy = platform.workers["dmx-tiny"]
     url = f"http://127.0.0.1:{busy.port}/v1/completions"
     payload = json.dumps(
-        {"model": MODEL, "prompt": "go", "max_tokens": 300, "ignore_eos": True}
+        {"model": MODEL, "prompt": "go", "max_tokens": 200, "ignore_eos": True}
     ).encode()
     stop = threading.Event()
 
@@ -90,8 +102,10 @@ def test_load_on_a_node_sends_requests_to_the_other(platform, committed):
             )
             urllib.request.urlopen(request, timeout=120).read()
 
-    # More running requests than DMX_ROUTE_AFFINITY_MAX_QUEUE, so no prefix keeps a request there.
-    threads = [threading.Thread(target=hammer, daemon=True) for _ in range(10)]
+    # More running requests than DMX_ROUTE_AFFINITY_MAX_QUEUE (8), so prefix affinity yields
+    # to load; between a request's end and the next one's start a heartbeat can still catch
+    # fewer, hence the margin in the assertion.
+    threads = [threading.Thread(target=hammer, daemon=True) for _ in range(12)]
     for thread in threads:
         thread.start()
     try:
@@ -102,7 +116,7 @@ def test_load_on_a_node_sends_requests_to_the_other(platform, committed):
         )
         time.sleep(0.6)  # two gateway refreshes
         served = nodes_of([ask(platform, f"load {i}") for i in range(10)])
-        assert served[node_name(platform, "dmx-tiny-v2")] >= 9, served
+        assert served[node_name(platform, "dmx-tiny-v2")] >= 8, served
     finally:
         stop.set()
         for thread in threads:

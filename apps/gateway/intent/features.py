@@ -79,23 +79,30 @@ def _fold_full_width(text: str) -> str:
     )
 
 
-def _char_ngrams(text: str, seeds: tuple[np.uint64, ...]) -> list[np.ndarray]:
-    """Return the hashes of the text's character 1- to CHAR_NGRAM_MAX-grams, one array per n."""
-    points = np.frombuffer(text.encode("utf-32-le"), dtype=np.uint32).astype(_U64)
-    parts = [points + seeds[1]]
-    hashes = points
+def _ngram_hashes(points: np.ndarray) -> list[np.ndarray]:
+    """Return the unseeded hashes of the 1- to CHAR_NGRAM_MAX-grams of a code-point array."""
+    hashes = [points]
     for n in range(2, CHAR_NGRAM_MAX + 1):
-        hashes = hashes[:-1] * _STEP + points[n - 1 :]
-        parts.append(hashes + seeds[n])
-    return parts
+        hashes.append(hashes[-1][:-1] * _STEP + points[n - 1 :])
+    return hashes
 
 
 def buckets(text: str) -> np.ndarray:
-    """Return the bucket of every feature of normalised text, repeats included."""
+    """Return the bucket of every feature of normalised text, repeats included.
+
+    The n-grams of the edges are slices of the whole text's n-grams (the first and last
+    EDGE_CHARS characters' own n-grams), so the text is encoded and hashed once.
+    """
     marked = f"{_START}{text}{_END}"
-    parts = _char_ngrams(marked, _CHAR_SEEDS)
-    parts += _char_ngrams(marked[:EDGE_CHARS], _HEAD_SEEDS)
-    parts += _char_ngrams(marked[-EDGE_CHARS:], _TAIL_SEEDS)
+    points = np.frombuffer(marked.encode("utf-32-le"), dtype=np.uint32).astype(_U64)
+    size = len(points)
+    parts = []
+    for n, hashes in enumerate(_ngram_hashes(points), start=1):
+        parts.append(hashes + _CHAR_SEEDS[n])
+        head = hashes[: max(min(size, EDGE_CHARS) - n + 1, 0)]
+        tail = hashes[max(size - EDGE_CHARS, 0) :]
+        parts.append(head + _HEAD_SEEDS[n])
+        parts.append(tail + _TAIL_SEEDS[n])
     words = _WORD.findall(text)
     if words:
         word_hashes = np.array([zlib.crc32(word.encode()) for word in words], dtype=_U64)

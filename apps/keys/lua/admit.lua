@@ -2,26 +2,30 @@
 --
 -- KEYS[i]   the Redis key of rule i
 -- ARGV[1]   the request id (member of concurrency sets)
--- ARGV[2+4(i-1) .. 5+4(i-1)]  rule i: kind, limit, cost, param
---   kind 'r' token bucket:  limit = capacity, cost = units taken, param = refill per ms
+-- ARGV[2]   the tokens the request reserves
+-- ARGV[3]   the rules, ";"-separated, each "kind cost limit param" (one string: a dozen
+--           arguments cost the caller more to send than the script to parse)
+--   cost: "t" for the reserved tokens, or a number (1 for a request, 0 for a nonce)
+--   kind 'r' token bucket:  limit = capacity, param = refill per ms
 --   kind 'c' concurrency:   limit = slots, param = ms after which a slot is presumed leaked
---   kind 'q' period quota:  limit = tokens in the period, cost = tokens reserved, param = ttl ms
+--   kind 'q' period quota:  limit = tokens in the period, param = ttl ms
 --   kind 'n' replay nonce:  param = ttl ms
 -- Returns {admitted, failed rule (0 if admitted), retry after ms (-1: never), then for each
 -- rule: remaining, ms until full again}. Time is Redis's own, so every gateway agrees on it.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local member = ARGV[1]
-local count = #KEYS
+local tokens = tonumber(ARGV[2])
+local rules = {}
+for kind, cost, limit, param in string.gmatch(ARGV[3], '([^;%s]+) ([^;%s]+) ([^;%s]+) ([^;%s]+)') do
+  rules[#rules + 1] = {kind, cost == 't' and tokens or tonumber(cost), tonumber(limit), tonumber(param)}
+end
+local count = #rules
 local levels = {}
 local report = {}
 
 for i = 1, count do
-  local base = 2 + (i - 1) * 4
-  local kind = ARGV[base]
-  local limit = tonumber(ARGV[base + 1])
-  local cost = tonumber(ARGV[base + 2])
-  local param = tonumber(ARGV[base + 3])
+  local kind, cost, limit, param = rules[i][1], rules[i][2], rules[i][3], rules[i][4]
   local key = KEYS[i]
   local remaining, reset, retry = 0, 0, nil
   if kind == 'r' then
@@ -63,11 +67,7 @@ for i = 1, count do
 end
 
 for i = 1, count do
-  local base = 2 + (i - 1) * 4
-  local kind = ARGV[base]
-  local limit = tonumber(ARGV[base + 1])
-  local cost = tonumber(ARGV[base + 2])
-  local param = tonumber(ARGV[base + 3])
+  local kind, cost, limit, param = rules[i][1], rules[i][2], rules[i][3], rules[i][4]
   local key = KEYS[i]
   if kind == 'r' then
     redis.call('HSET', key, 'v', levels[i] - cost, 't', now)

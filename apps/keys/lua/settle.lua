@@ -4,23 +4,22 @@
 -- KEYS[n + 1 ..] durable streams (dmxplatform.streams) to append to
 -- ARGV[1]        the request id
 -- ARGV[2]        tokens to give back: reserved minus used (negative when it used more)
--- ARGV[3]        n, the number of rules
--- ARGV[4 .. 3 + 3n]  rule i: kind, limit, param (as in admit.lua)
--- ARGV[4 + 3n ..]    one payload per stream, in KEYS order
+-- ARGV[3]        the rules, ";"-separated, each "kind limit param" (as in admit.lua, with
+--                kind "rt" for a token bucket, whose tokens are refunded)
+-- ARGV[4 ..]     one payload per stream, in KEYS order
 -- Token buckets and quotas get the difference back; concurrency slots are freed. Request
 -- buckets are never refunded: the request happened.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local member = ARGV[1]
 local refund = tonumber(ARGV[2])
-local rules = tonumber(ARGV[3])
+local rules = 0
 
-for i = 1, rules do
-  local base = 4 + (i - 1) * 3
-  local kind = ARGV[base]
-  local limit = tonumber(ARGV[base + 1])
-  local param = tonumber(ARGV[base + 2])
-  local key = KEYS[i]
+for kind, limit, param in string.gmatch(ARGV[3], '([^;%s]+) ([^;%s]+) ([^;%s]+)') do
+  rules = rules + 1
+  local key = KEYS[rules]
+  limit = tonumber(limit)
+  param = tonumber(param)
   if kind == 'rt' and refund ~= 0 then
     local stored = redis.call('HMGET', key, 'v', 't')
     if stored[1] then
@@ -37,8 +36,7 @@ for i = 1, rules do
   end
 end
 
-local first_payload = 4 + 3 * rules
 for i = rules + 1, #KEYS do
-  redis.call('XADD', KEYS[i], '*', 'e', ARGV[first_payload + i - rules - 1])
+  redis.call('XADD', KEYS[i], '*', 'e', ARGV[3 + i - rules])
 end
 return 1

@@ -1,0 +1,87 @@
+"""The request path's Redis client against a real server."""
+
+import asyncio
+import uuid
+
+import pytest
+from django.conf import settings
+
+from dmxplatform.redis_client import resp_client, sync_redis
+from dmxplatform.resp import RedisUnavailable, RespClient, RespError, Script, pack
+
+
+def run(scenario):
+    async def main():
+        client = resp_client()
+        try:
+            return await scenario(client)
+        finally:
+            await client.close()
+
+    return asyncio.run(main())
+
+
+@pytest.fixture
+def key():
+    name = f"dmxtest-resp-{uuid.uuid4().hex}"
+    yield name
+    sync_redis().delete(name)
+
+
+def test_pack_is_resp():
+    expected = b"*4\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\n12\r\n$3\r\n0.5\r\n"
+    assert pack((b"SET", "k", 12, 0.5)) == expected
+
+
+def test_commands_use_the_configured_database(key):
+    run(lambda c: c.execute("SET", key, "v"))
+    assert sync_redis().get(key) == b"v"  # the same database as redis-py's REDIS_URL
+
+
+def test_concurrent_callers_get_their_own_replies(key):
+    async def scenario(client):
+        return await asyncio.gather(*(client.execute("INCR", key) for _ in range(200)))
+
+    assert sorted(run(scenario)) == list(range(1, 201))
+
+
+def test_error_replies_raise_and_the_connection_carries_on(key):
+    async def scenario(client):
+        await client.execute("SET", key, "text")
+        with pytest.raises(RespError, match="not an integer"):
+            await client.execute("INCR", key)
+        return await client.execute("GET", key)
+
+    assert run(scenario) == b"text"
+
+
+def test_scripts_are_loaded_when_the_server_lacks_them(key):
+    script = Script(f"-- {uuid.uuid4().hex}\nreturn redis.call('INCRBY', KEYS[1], ARGV[1])")
+
+    async def scenario(client):
+        first = await client.run(script, [key], [5])  # NOSCRIPT, then EVAL
+        second = await client.run(script, [key], [5])  # EVALSHA
+        return first, second
+
+    assert run(scenario) == (5, 10)
+
+
+def test_a_silent_server_times_out_and_the_next_call_reconnects(key):
+    async def scenario(client):
+        blocker = RespClient(settings.REDIS_URL, timeout=0.2)
+        with pytest.raises(RedisUnavailable):
+            await blocker.execute("BLPOP", key + "-never", 5)
+        await blocker.execute("SET", key, "after")
+        await blocker.close()
+
+    run(scenario)
+    assert sync_redis().get(key) == b"after"
+
+
+def test_nobody_listening_is_unavailable():
+    async def scenario(_):
+        client = RespClient("redis://127.0.0.1:1/0", timeout=0.5)
+        with pytest.raises(RedisUnavailable):
+            await client.execute("PING")
+
+    run(scenario)

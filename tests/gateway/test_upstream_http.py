@@ -1,0 +1,161 @@
+"""The pooled HTTP/1.1 client against real sockets: a small asyncio server per test."""
+
+import asyncio
+
+import pytest
+
+from apps.gateway.upstream_http import HttpPool, UpstreamConnectionError
+
+
+async def serve(handler):
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    return server, server.sockets[0].getsockname()[1]
+
+
+async def read_request(reader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.lower().split(b"\r\n")
+    length = int(next(line for line in lines if line.startswith(b"content-length")).split(b":")[1])
+    return head + await reader.readexactly(length)
+
+
+def pool(**overrides) -> HttpPool:
+    settings = dict(connect_timeout=1.0, read_timeout=1.0, max_idle_per_node=4)
+    settings.update(overrides)
+    return HttpPool(**settings)
+
+
+def test_json_body_and_connection_reuse():
+    connections = []
+
+    async def handler(reader, writer):
+        connections.append(writer)
+        while True:
+            try:
+                request = await read_request(reader)
+            except asyncio.IncompleteReadError:
+                return
+            body = b'{"echo": %d}' % len(request)
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+            await writer.drain()
+
+    async def scenario():
+        server, port = await serve(handler)
+        client = pool()
+        bodies = []
+        for _ in range(3):
+            response = await client.post(f"http://127.0.0.1:{port}/v1/completions", b'{"a": 1}')
+            assert response.status == 200
+            bodies.append(await response.read())
+            response.release()
+        await client.close()
+        server.close()
+        return bodies
+
+    bodies = asyncio.run(scenario())
+    assert len(bodies) == 3 and all(b.startswith(b'{"echo": ') for b in bodies)
+    assert len(connections) == 1  # one keep-alive connection carried all three
+
+
+def test_chunked_stream_arrives_piece_by_piece():
+    async def handler(reader, writer):
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n")
+        for i in range(3):
+            event = b"data: %d\n\n" % i
+            writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+            await writer.drain()
+            await asyncio.sleep(0.05)
+        writer.write(b"0\r\n\r\n")
+        await writer.drain()
+
+    async def scenario():
+        server, port = await serve(handler)
+        client = pool()
+        response = await client.post(f"http://127.0.0.1:{port}/x", b"{}")
+        pieces = [chunk async for chunk in response.chunks()]
+        response.release()
+        server.close()
+        return pieces
+
+    pieces = asyncio.run(scenario())
+    assert b"".join(pieces) == b"data: 0\n\ndata: 1\n\ndata: 2\n\n"
+    assert len(pieces) == 3  # not buffered into one
+
+
+def test_a_stale_idle_connection_is_replaced_without_failing_the_request():
+    served = []
+
+    async def handler(reader, writer):
+        await read_request(reader)
+        served.append(1)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+        await writer.drain()
+        writer.close()  # the node's keep-alive timeout, right after answering
+
+    async def scenario():
+        server, port = await serve(handler)
+        client = pool()
+        first = await client.post(f"http://127.0.0.1:{port}/x", b"{}")
+        await first.read()
+        first.release()
+        await asyncio.sleep(0.05)
+        second = await client.post(f"http://127.0.0.1:{port}/x", b"{}")
+        body = await second.read()
+        second.release()
+        server.close()
+        return body
+
+    assert asyncio.run(scenario()) == b"ok" and len(served) == 2
+
+
+def test_silence_past_the_read_timeout_fails_the_response():
+    async def handler(reader, writer):
+        await read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n")
+        await writer.drain()
+        await asyncio.sleep(2)
+
+    async def scenario():
+        server, port = await serve(handler)
+        client = pool(read_timeout=0.2)
+        response = await client.post(f"http://127.0.0.1:{port}/x", b"{}")
+        received = []
+        with pytest.raises(UpstreamConnectionError, match="read timeout"):
+            async for chunk in response.chunks():
+                received.append(chunk)
+        response.release()
+        server.close()
+        return received
+
+    assert asyncio.run(scenario()) == [b"hello"]
+
+
+def test_nobody_listening():
+    async def scenario():
+        with pytest.raises(UpstreamConnectionError):
+            await pool().post("http://127.0.0.1:1/x", b"{}")
+
+    asyncio.run(scenario())
+
+
+def test_closing_an_unfinished_response_closes_its_connection():
+
+    async def scenario():
+        seen = asyncio.Event()
+
+        async def handler(reader, writer):
+            await read_request(reader)
+            writer.write(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n")
+            await writer.drain()
+            await reader.read()  # returns b"" when the client hangs up
+            seen.set()
+
+        server, port = await serve(handler)
+        response = await pool().post(f"http://127.0.0.1:{port}/x", b"{}")
+        response.close()
+        await asyncio.wait_for(seen.wait(), 2)
+        server.close()
+        return True
+
+    assert asyncio.run(scenario())
