@@ -243,6 +243,10 @@ class Worker:
 
     def _registration(self) -> Registration:
         upload = self.tokenizer = export_tokenizer(self.args.model)
+        # The engine's flags as it runs: the recommendation's and the operator's (for an attached
+        # server, what the operator declares after `--`).
+        flags = operator_flags(self.engine.config.extra_args)
+        max_num_seqs = flags.get("--max-num-seqs")
         return Registration(
             name=self.args.node_name,
             url=self.args.advertise_url,
@@ -256,10 +260,9 @@ class Worker:
                 "argv": self.engine.config.command()[3:],
                 "recommendation": self.recommendation.to_dict() if self.recommendation else None,
                 # Gateways send request priorities only to engines that schedule by them.
-                "scheduling_policy": operator_flags(self.engine.config.extra_args).get(
-                    "--scheduling-policy"
-                )
-                or "fcfs",
+                "scheduling_policy": flags.get("--scheduling-policy") or "fcfs",
+                # Gateways count a node saturated by what waits beyond its batch.
+                "max_num_seqs": int(max_num_seqs) if max_num_seqs else None,
             },
         )
 

@@ -38,6 +38,8 @@ class NodeSnapshot:
     profile: str | None = None
     # The engine runs vLLM's priority scheduler, so requests may carry a priority.
     priority_scheduling: bool = False
+    # Requests the engine runs at once (vLLM's --max-num-seqs); more wait in its queue. 0: unknown.
+    max_num_seqs: int = 0
     # Hardware, summarised from the node's resource view (apps.hardware.resources).
     gpu_count: int = 0
     memory_used_fraction: float = 0.0

@@ -133,6 +133,7 @@ def node_snapshot(node: Node) -> NodeSnapshot:
         kv_cache_usage=node.kv_cache_usage,
         profile=node.profile.name if node.profile_id else None,
         priority_scheduling=node.engine_args.get("scheduling_policy") == "priority",
+        max_num_seqs=int(node.engine_args.get("max_num_seqs") or 0),
         **summarize(
             node.resources,
             unit_price_usd=float(node.profile.hourly_price_usd) if node.profile_id else None,

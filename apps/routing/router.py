@@ -10,7 +10,8 @@ preference), a fraction of a microsecond per node:
 
 filters  live (up, heartbeat fresh), breaker (not open), version (the canary split), context
          (prompt plus completion fit the node), kv_cache (headroom left), temperature (below the
-         drain threshold), saturated (engine queue plus this gateway's in-flight below a cap)
+         drain threshold), saturated (the engine's queue plus this gateway's requests beyond
+         the engine's batch, below a cap)
 scorers  queue, kv_cache, bandwidth (memory-bandwidth pressure), temperature (derating),
          latency (P95 against the model's SLA), cost (per 1K tokens), affinity (the node a prompt
          prefix hashes to, while it is not overloaded), hardware (the routing table's preference)
@@ -224,7 +225,11 @@ def _context(ctx: _Context, node: NodeSnapshot) -> bool:
 
 
 def _not_saturated(ctx: _Context, node: NodeSnapshot) -> bool:
-    queued = node.num_requests_waiting + ctx.fleet.inflight.get(node.id, 0)
+    # The engine's own queue, plus what this gateway has sent beyond the engine's batch: those
+    # requests wait in its queue before the next heartbeat can say so. A node whose batch size is
+    # unknown has every request in flight counted as queued, the cautious reading.
+    inflight = ctx.fleet.inflight.get(node.id, 0)
+    queued = node.num_requests_waiting + max(inflight - node.max_num_seqs, 0)
     return queued < ctx.limits.saturation_queue
 
 

@@ -12,8 +12,9 @@ DMX_ROUTE_DRAIN_TEMPERATURE_C = env_float("DMX_ROUTE_DRAIN_TEMPERATURE_C", 85.0)
 DMX_ROUTE_DERATE_TEMPERATURE_C = env_float("DMX_ROUTE_DERATE_TEMPERATURE_C", 78.0)
 # A node whose KV cache is fuller than this gets no new request: it would preempt others.
 DMX_ROUTE_KV_CACHE_LIMIT = env_float("DMX_ROUTE_KV_CACHE_LIMIT", 0.97, minimum=0.0)
-# A node with more requests than this queued (its own waiting ones plus this gateway's not yet
-# reported) is saturated; when every node is, requests wait in the priority queue.
+# A node with more requests than this queued (its engine's waiting ones plus this gateway's in
+# flight beyond the engine's --max-num-seqs) is saturated; when every node is, requests wait in
+# the priority queue.
 DMX_ROUTE_SATURATION_QUEUE = env_int("DMX_ROUTE_SATURATION_QUEUE", 16, minimum=1)
 # Memory-bandwidth use above which a node is derated: decode is bandwidth-bound, so a node at
 # 92% is a bottleneck even with free memory.

@@ -89,6 +89,25 @@ def test_gpu_worker_runs_on_the_recommended_gpus_and_reports_only_them(gpus, mod
     assert backend.closed and worker.hardware().kind == "cpu"
 
 
+def test_registration_tells_gateways_the_engines_batch_and_scheduler(gpus, model_dir, monkeypatch):
+    gpus(H100_X8)
+    monkeypatch.setattr(worker_module, "export_tokenizer", lambda model: None)
+    worker = make_worker(model_dir(LLAMA_31_8B), "--max-num-seqs", "128")
+    monkeypatch.setattr(worker.engine, "max_model_len", lambda: 8192)
+    engine_args = worker._registration().engine_args
+    assert engine_args["max_num_seqs"] == 128
+    assert engine_args["scheduling_policy"] == "priority"
+    # An attached server's flags are what the operator declares; without them, unknown.
+    declared = make_worker(
+        model_dir(LLAMA_31_8B), "--max-num-seqs", "64", own=("--attach", "http://10.0.0.5:8000")
+    )
+    bare = make_worker(model_dir(LLAMA_31_8B), own=("--attach", "http://10.0.0.5:8000"))
+    for attached in (declared, bare):
+        monkeypatch.setattr(attached.engine, "max_model_len", lambda: 8192)
+    assert declared._registration().engine_args["max_num_seqs"] == 64
+    assert bare._registration().engine_args["max_num_seqs"] is None
+
+
 def test_a_model_that_does_not_fit_stops_the_worker_before_vllm(gpus, model_dir, monkeypatch):
     gpus(T4)
     worker = make_worker(model_dir(LLAMA_31_70B))

@@ -66,6 +66,25 @@ def test_excluded_nodes_are_not_retried():
     assert decision.node.name == "b" and verdicts(decision)["a"] == "retry"
 
 
+@pytest.mark.parametrize(
+    ("max_num_seqs", "inflight", "saturated"),
+    [
+        (0, 15, False),  # batch unknown: every request in flight counts as queued
+        (0, 16, True),
+        (256, 64, False),  # running in the engine's batch, not waiting
+        (256, 271, False),  # 15 beyond the batch wait in the engine's queue
+        (256, 272, True),
+    ],
+)
+def test_requests_within_the_engines_batch_do_not_saturate_it(max_num_seqs, inflight, saturated):
+    node = make_snapshot(name="node", max_num_seqs=max_num_seqs)
+    router = make_router(node)
+    router.fleet.inflight[node.id] = inflight
+    decision = router.decide(route_request())
+    assert decision.saturated is saturated
+    assert verdicts(decision) == {"node": "saturated" if saturated else None}
+
+
 def test_only_saturation_makes_a_decision_saturated():
     busy = make_snapshot(num_requests_waiting=50)
     assert make_router(busy).decide(route_request()).saturated
