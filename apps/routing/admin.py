@@ -5,8 +5,8 @@ from django.conf import settings
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.template.loader import render_to_string
 from django.utils import timezone
-from django.utils.html import format_html
 
 from apps.hardware.fleet import now
 from apps.routing.breaker import Breaker, BreakerState, breakers_key
@@ -76,23 +76,13 @@ class RoutingDecisionAdmin(ReadOnly):
 
     @admin.display(description="Candidates")
     def candidates_table(self, decision: RoutingDecision) -> str:
-        rows = "".join(
-            format_html(
-                "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
-                c["node"],
-                c["version"],
-                c["rejected_by"] or "eligible",
-                c["total"],
-                json.dumps(c["scores"]),
-            )
-            for c in decision.candidates.get("nodes", [])
-        )
-        return format_html(
-            "<p>pool: {} {}</p><table><tr><th>node</th><th>version</th><th>verdict</th>"
-            "<th>total</th><th>scores</th></tr>{}</table>",
-            decision.candidates.get("pool"),
-            "(fallback)" if decision.candidates.get("fallback") else "",
-            format_html(rows) if rows else "",
+        return render_to_string(
+            "admin/routing/decision_candidates.html",
+            {
+                "pool": decision.candidates.get("pool"),
+                "fallback": decision.candidates.get("fallback"),
+                "nodes": decision.candidates.get("nodes", []),
+            },
         )
 
 
@@ -105,22 +95,8 @@ class WeightRecomputationAdmin(ReadOnly):
 
     @admin.display(description="Changes")
     def changes_table(self, recomputation: WeightRecomputation) -> str:
-        rows = "".join(
-            format_html(
-                "<tr><td>{}/{}</td><td>{}</td><td>{}</td><td>{}</td><td><code>{}</code></td></tr>",
-                c["alias"],
-                c["intent"] or "*",
-                c["model"],
-                c["old"],
-                c["new"],
-                json.dumps(c["figures"]),
-            )
-            for c in recomputation.changes
-        )
-        return format_html(
-            "<table><tr><th>rule</th><th>model</th><th>old</th><th>new</th><th>figures</th></tr>"
-            "{}</table>",
-            format_html(rows) if rows else "",
+        return render_to_string(
+            "admin/routing/weight_changes.html", {"changes": recomputation.changes}
         )
 
     @admin.action(description="Apply the selected recomputations")
