@@ -2,6 +2,9 @@
 
     .venv/bin/python bench/run.py            # the full run, about 6 minutes; writes bench/results/
     .venv/bin/python bench/run.py --quick    # a smoke run of every path, seconds per point
+    .venv/bin/python bench/run.py --soak 600 --profile 10   # plus memory soak and profile
+    .venv/bin/python bench/run.py --no-vllm --ttft-ms 20 --tpot-ms 5 --results paced
+                                             # an upstream paced like a GPU engine
 
 One command starts everything on this machine: a fast fake upstream (bench/upstream.py), an
 inference worker attached to it (so the gateway sees a registered node with heartbeats), the
@@ -222,9 +225,19 @@ def _row_text(row: dict) -> str:
     )
 
 
+def _pacing(meta: dict) -> str:
+    if not (meta["ttft_ms"] or meta["tpot_ms"]):
+        return ""
+    return (
+        f", the upstream paced like an engine ({meta['ttft_ms']:g} ms to the first token, "
+        f"{meta['tpot_ms']:g} ms per token after it)"
+    )
+
+
 def markdown(rows: list[dict], vllm: dict | None, soak: dict | None, meta: dict) -> str:
     lines = [
-        f"Measured {meta['date']} on {meta['machine']}; {meta['tokens']} tokens per completion; "
+        f"Measured {meta['date']} on {meta['machine']}; {meta['tokens']} tokens per completion"
+        f"{_pacing(meta)}; "
         f"gateway pinned to core {meta['gateway_core']}, upstream and load generator to core "
         f"{meta['other_core']}; {meta['duration']} s per point after {meta['warmup']} s warm-up.",
         "",
@@ -420,6 +433,13 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a smoke run: short points")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 64])
     parser.add_argument("--tokens", type=int, default=16)
+    parser.add_argument(
+        "--ttft-ms", type=float, default=0, help="the upstream's time to first token (pacing)"
+    )
+    parser.add_argument("--tpot-ms", type=float, default=0, help="the upstream's time per token")
+    parser.add_argument(
+        "--results", default="latest", help="name of the bench/results/NAME.md and .json files"
+    )
     parser.add_argument("--warmup", type=float, default=3)
     parser.add_argument("--duration", type=float, default=15)
     parser.add_argument("--soak", type=int, default=0, help="seconds of memory soak (e.g. 600)")
@@ -449,6 +469,10 @@ def main() -> None:
                 str(upstream_port),
                 "--tokens",
                 str(args.tokens),
+                "--ttft-ms",
+                str(args.ttft_ms),
+                "--tpot-ms",
+                str(args.tpot_ms),
             ],
             other_core,
         )
@@ -476,6 +500,11 @@ def main() -> None:
                 gateway_url,
                 "--node-token",
                 credentials["token"],
+                # The fake upstream has no batch limit; declare vLLM's default, so the gateway
+                # counts requests beyond it (none here) as queued, as it would for an engine.
+                "--",
+                "--max-num-seqs",
+                "256",
             ],
             other_core,
         )
@@ -505,6 +534,8 @@ def main() -> None:
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
         f"Python {platform.python_version()}",
         "tokens": args.tokens,
+        "ttft_ms": args.ttft_ms,
+        "tpot_ms": args.tpot_ms,
         "gateway_core": gateway_core,
         "other_core": other_core,
         "warmup": args.warmup,
@@ -514,8 +545,8 @@ def main() -> None:
     print(table)
     if not args.quick:
         RESULTS.mkdir(parents=True, exist_ok=True)
-        (RESULTS / "latest.md").write_text(table)
-        (RESULTS / "latest.json").write_text(
+        (RESULTS / f"{args.results}.md").write_text(table)
+        (RESULTS / f"{args.results}.json").write_text(
             json.dumps({"meta": meta, "points": rows, "vllm": vllm, "soak": soak_result}, indent=1)
         )
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 
 from asgiref.sync import sync_to_async
@@ -83,6 +84,11 @@ class GatewayRuntime:
         )
         await sync_to_async(intent.load, thread_sensitive=False)()
         await self.refresh()
+        # Everything loaded so far (Django, the intent weights' owners, the filter's automaton,
+        # the caches) lives as long as the process: move it out of the collector's generations,
+        # so that each full collection walks only what requests allocate.
+        gc.collect()
+        gc.freeze()
         self._tasks = [
             asyncio.create_task(self._refresh_loop(), name="dmx-state-refresh"),
             asyncio.create_task(self._invalidation_loop(), name="dmx-invalidation"),

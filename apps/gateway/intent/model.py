@@ -53,10 +53,11 @@ class IntentModel:
 
     def logits(self, text: str) -> np.ndarray:
         ids, values = features.features(text)
-        # One fancy index gathers the rows of the features present. The weighted sum is done
-        # with elementwise numpy, not a matrix product: BLAS would start threads for a (1, k)
-        # by (k, 8) product, which on a busy gateway core only contend with the event loop.
-        return (self.weights[ids] * values[:, None]).sum(axis=0) + self.bias
+        # take() gathers the rows of the features present (several times faster than fancy
+        # indexing for one axis). The weighted sum is einsum's own loop, not a matrix product:
+        # BLAS would start threads for a large (1, k) by (k, 8) product, which on a busy gateway
+        # core only contend with the event loop.
+        return np.einsum("k,kl->l", values, self.weights.take(ids, axis=0)) + self.bias
 
     def probabilities(self, text: str) -> np.ndarray:
         logits = self.logits(text)

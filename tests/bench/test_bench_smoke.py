@@ -1,0 +1,34 @@
+"""The gateway benchmark, run briefly as a smoke check: every path works end to end.
+
+No timing is asserted (CI machines are shared and noisy); what is checked is that the benchmark
+starts its processes, that every request through the gateway succeeds, and that it reports.
+"""
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.stack import ROOT
+
+pytestmark = pytest.mark.e2e
+
+
+def test_quick_benchmark_runs_every_point_through_the_gateway():
+    result = subprocess.run(
+        [sys.executable, "bench/run.py", "--quick", "--no-vllm", "--concurrency", "1", "8"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [line for line in result.stdout.splitlines() if re.match(r"\| (non-)?stream \|", line)]
+    assert len(rows) == 4  # two concurrencies, streamed and not
+    for line in result.stdout.splitlines():
+        if line.startswith(("json", "stream")) and "statuses" in line:
+            assert re.search(r"statuses \{200: \d+\}$", line), line  # nothing but 200s
+    for row in rows:
+        cells = [cell.strip() for cell in row.strip("|").split("|")]
+        assert float(cells[2]) > 0 and float(cells[3]) > 0  # direct and gateway rps
