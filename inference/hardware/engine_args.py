@@ -44,6 +44,7 @@ MIN_CONTEXT = 4096
 TYPICAL_REQUEST_TOKENS = 2048
 # vLLM's long-standing default: more running sequences per step mostly add latency.
 MAX_NUM_SEQS = 256
+CPU_MAX_NUM_SEQS = 128  # vLLM's default for its OpenAI server on a CPU (EngineArgs, world size 1)
 # From this context on, 32-token KV blocks halve the block tables of long sequences; below it
 # vLLM's default 16 loses less memory in half-filled last blocks.
 LONG_CONTEXT = 32768
@@ -468,17 +469,22 @@ def _cpu(flags: dict[str, str | None]) -> Recommendation:
             "float32",
             "CPU: vLLM's bfloat16 CPU attention takes an AMX path that dies with SIGILL on some "
             "virtual machines (inference/tiny_model.py)",
-        )
+        ),
+        "--max-num-seqs": Argument(
+            CPU_MAX_NUM_SEQS,
+            "vLLM's own CPU default for its API server, stated so that gateways know the batch "
+            "(they count requests beyond it as queued)",
+        ),
     }
     arguments["--scheduling-policy"] = _scheduling()
     _mark_operator(arguments, flags)
     return Recommendation(
         fits=True,
-        summary="CPU node: float32, the rest left to vLLM",
+        summary="CPU node: float32, vLLM's batch, the rest left to vLLM",
         arguments=arguments,
         notes=[
             "CPU: vLLM sizes its KV cache from VLLM_CPU_KVCACHE_SPACE, not from GPU memory, so "
-            "tensor parallelism, memory utilisation, block size and batch size are left to it"
+            "tensor parallelism, memory utilisation and block size are left to it"
         ],
     )
 

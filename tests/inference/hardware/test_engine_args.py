@@ -290,6 +290,15 @@ def test_cpu_recommends_float32_and_does_not_fight_the_tiny_model_arguments():
     result = recommend(model=None, node=cpu, operator_argv=tiny)
     assert result.fits and result.devices == []
     assert result.argv(tiny) == ["--dtype", "float32", "--scheduling-policy", "priority", *tiny]
+    # Without the operator's batch size, vLLM's CPU default is stated for the gateways to read.
+    assert recommend(model=None, node=cpu, operator_argv=[]).argv([]) == [
+        "--dtype",
+        "float32",
+        "--max-num-seqs",
+        "128",
+        "--scheduling-policy",
+        "priority",
+    ]
     explicit = ["--enforce-eager", "--dtype", "float32", "--max-num-seqs", "16"]
     assert recommend(model=None, node=cpu, operator_argv=explicit).argv(explicit) == [
         "--scheduling-policy",
