@@ -80,11 +80,12 @@ def test_streamed_chat_arrives_chunk_by_chunk_then_usage(client, committed):
     # waited for the same write, so "per token" is an upper bound.
     assert 2 <= len(content_chunks) <= 1 + 40
     assert content_chunks[-1].choices[0].finish_reason == "length"
-    # Chunks were relayed as they were generated, not buffered into one write: the first
-    # arrived well before the last, and they came in several separate deliveries.
+    # Chunks were relayed as they were generated, not buffered into one write: they came in
+    # several separate deliveries. (How far apart is the engine's business: the tiny model can
+    # produce all 40 tokens within a few milliseconds.)
     spread = arrivals[-2] - arrivals[0]
     deliveries = len({round(t, 3) for t in arrivals})
-    assert spread > 0.02 and deliveries >= 3, (spread, deliveries, len(content_chunks))
+    assert deliveries >= 3, (spread, deliveries, len(content_chunks))
 
     record = usage_row(raw.headers["x-request-id"])
     assert record.stream is True
