@@ -102,15 +102,15 @@ def test_load_on_a_node_sends_requests_to_the_other(platform, committed):
             )
             urllib.request.urlopen(request, timeout=120).read()
 
-    # More running requests than DMX_ROUTE_AFFINITY_MAX_QUEUE (8), so prefix affinity yields
-    # to load; between a request's end and the next one's start a heartbeat can still catch
-    # fewer, hence the margin in the assertion.
-    threads = [threading.Thread(target=hammer, daemon=True) for _ in range(12)]
+    # As many as the engine batches (--max-num-seqs 16), well over DMX_ROUTE_AFFINITY_MAX_QUEUE
+    # (8), so prefix affinity yields to load even when a heartbeat lands between one request's
+    # end and the next one's start (with 12 threads the busy node once took 4 of 10).
+    threads = [threading.Thread(target=hammer, daemon=True) for _ in range(16)]
     for thread in threads:
         thread.start()
     try:
         wait_for(
-            lambda: snapshot(busy.node_name).num_requests_running >= 8,
+            lambda: snapshot(busy.node_name).num_requests_running >= 12,
             timeout=15,
             what="the busy node's heartbeat to show its load",
         )
