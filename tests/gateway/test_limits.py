@@ -92,7 +92,9 @@ def _open_stream(
 def test_concurrency_is_shared_across_replicas(platform, committed):
     _, secret = make_api_key(max_concurrent_requests=1)
     a, b = platform.api_urls
-    connection, response = _open_stream(a, secret, body(max_tokens=400, stream=True))
+    # Long enough that the engine cannot finish it before the second request, even when it
+    # delivers a completion in one burst on busy cores (400 tokens once did).
+    connection, response = _open_stream(a, secret, body(max_tokens=1500, stream=True))
     response.readline()  # the stream is under way and holds the only slot
     refused = chat(b, secret, body())
     assert refused.status == 429
