@@ -16,7 +16,8 @@ export REDIS_URL=${DMX_TEST_REDIS_URL:-redis://127.0.0.1:6379/15}
 export DMX_REDIS_PREFIX=dmxtest
 # Fast cadences so that liveness tests finish in seconds.
 export DMX_HEARTBEAT_SECONDS=0.5
-export DMX_NODE_STALE_SECONDS=3
+# Stale after 5 s: three vLLM engines on two cores can hold a heartbeat back for over 3 s.
+export DMX_NODE_STALE_SECONDS=5
 export DMX_NODE_STALE_CHECK_SECONDS=0.5
 export DMX_USAGE_FLUSH_SECONDS=0.5
 export DMX_STATE_REFRESH_SECONDS=0.25
