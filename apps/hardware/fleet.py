@@ -8,9 +8,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, fields
 
-import orjson
-
 from apps.hardware.choices import NodeStatus
+from dmxplatform.records import JsonRecord
 from dmxplatform.redis_client import rkey
 from inference.wire import EngineLoad
 
@@ -18,7 +17,7 @@ FLEET_KEY = ("fleet", "nodes")
 
 
 @dataclass(frozen=True, slots=True)
-class NodeSnapshot:
+class NodeSnapshot(JsonRecord):
     id: int
     name: str
     url: str
@@ -56,13 +55,6 @@ class NodeSnapshot:
         """True when the node says it is up and its last heartbeat is recent."""
         return self.status == NodeStatus.UP and now - self.heartbeat_at <= stale_after
 
-    def encode(self) -> bytes:
-        return orjson.dumps(self)  # orjson serialises dataclasses natively, and fast
-
-    @classmethod
-    def decode(cls, raw: bytes) -> NodeSnapshot:
-        return cls(**orjson.loads(raw))
-
 
 _ENGINE_FIELDS = tuple(
     f.name for f in fields(EngineLoad) if f.name in {g.name for g in fields(NodeSnapshot)}
@@ -84,20 +76,13 @@ def node_token_key(token_id: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class TokenRecord:
+class TokenRecord(JsonRecord):
     """A node token as authentication needs it; cached in Redis so heartbeats need no SQL."""
 
     id: int
     token_id: str
     secret_hash: str
     revoked: bool
-
-    def encode(self) -> bytes:
-        return orjson.dumps(self)  # orjson serialises dataclasses natively, and fast
-
-    @classmethod
-    def decode(cls, raw: bytes) -> TokenRecord:
-        return cls(**orjson.loads(raw))
 
 
 def now() -> float:

@@ -10,15 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import orjson
-
+from dmxplatform.records import JsonRecord
 from dmxplatform.streams import DurableStream
 
 USAGE_STREAM = DurableStream(("usage", "stream"))
 
 
 @dataclass(slots=True)
-class UsageEvent:
+class UsageEvent(JsonRecord):
     request_id: str
     api_key_id: int
     tenant_id: int
@@ -40,13 +39,6 @@ class UsageEvent:
     context_limit: int | None = None
     content_flags: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
-
-    def encode(self) -> bytes:
-        return orjson.dumps(self)  # orjson serialises dataclasses natively, and fast
-
-    @classmethod
-    def decode(cls, raw: bytes) -> UsageEvent:
-        return cls(**orjson.loads(raw))
 
 
 def stream_key() -> str:

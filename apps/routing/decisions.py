@@ -10,16 +10,15 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-import orjson
-
 from apps.routing.router import Decision
+from dmxplatform.records import JsonRecord
 from dmxplatform.streams import DurableStream
 
 DECISION_STREAM = DurableStream(("routing", "decisions"))
 
 
 @dataclass(slots=True)
-class DecisionEvent:
+class DecisionEvent(JsonRecord):
     request_id: str
     created_at: float
     requested_model: str
@@ -34,13 +33,6 @@ class DecisionEvent:
     candidates: list[dict]
     waited_ms: float
     decision_us: float
-
-    def encode(self) -> bytes:
-        return orjson.dumps(self)  # orjson serialises dataclasses natively, and fast
-
-    @classmethod
-    def decode(cls, raw: bytes) -> DecisionEvent:
-        return cls(**orjson.loads(raw))
 
 
 class DecisionSampler:
