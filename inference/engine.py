@@ -93,8 +93,8 @@ class Engine:
             return True  # not ours to watch: a dead server shows as failed heartbeats' metrics
         return self.process is not None and self.process.poll() is None
 
-    def get(self, path: str) -> bytes:
-        with urllib.request.urlopen(self.config.url + path, timeout=PROBE_TIMEOUT) as response:
+    def get(self, path: str, *, timeout: float = PROBE_TIMEOUT) -> bytes:
+        with urllib.request.urlopen(self.config.url + path, timeout=timeout) as response:
             return response.read()
 
     def wait_healthy(self, timeout: float, *, cancelled: threading.Event) -> None:
@@ -119,8 +119,8 @@ class Engine:
                 return int(card["max_model_len"])
         raise EngineError(f"vLLM does not list {self.config.served_model_name}")
 
-    def metrics_text(self) -> str:
-        return self.get("/metrics").decode()
+    def metrics_text(self, *, timeout: float = PROBE_TIMEOUT) -> str:
+        return self.get("/metrics", timeout=timeout).decode()
 
     def stop(self) -> int | None:
         """Stop the server: SIGTERM to its group, then SIGKILL after the grace period."""

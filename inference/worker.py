@@ -192,6 +192,7 @@ class Worker:
         self.registration: Registration | None = None
         self.tokenizer: TokenizerUpload | None = None
         self.monitor = EngineMonitor()
+        self.last_load = EngineLoad()
 
     def hardware(self) -> NodeView:
         """Return the GPUs this worker uses, as NVML sees them now, or the CPU."""
@@ -281,11 +282,20 @@ class Worker:
         return True
 
     def _load(self) -> EngineLoad:
+        """The engine's load now; the last one read when vLLM is slow to answer.
+
+        The read is bounded by the heartbeat period: a busy engine (on a CPU node its own threads
+        can starve its API server) must not hold back the heartbeat that says the node is alive,
+        nor be reported idle because its metrics came late.
+        """
+        period = self.accepted.heartbeat_seconds if self.accepted else RETRY_SECONDS
         try:
-            return self.monitor.observe(self.engine.metrics_text(), now=time.monotonic())
-        except OSError as exc:
-            logger.warning("could not read vLLM metrics: %s", exc)
-            return EngineLoad()
+            text = self.engine.metrics_text(timeout=period)
+        except OSError as exc:  # refused, reset, or timed out (TimeoutError is an OSError)
+            logger.warning("could not read vLLM metrics: %s; reporting the last load", exc)
+            return self.last_load
+        self.last_load = self.monitor.observe(text, now=time.monotonic())
+        return self.last_load
 
     def _report(self, status: str, load: EngineLoad) -> None:
         if self.accepted is None:

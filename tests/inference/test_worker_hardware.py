@@ -115,3 +115,29 @@ def test_a_model_that_does_not_fit_stops_the_worker_before_vllm(gpus, model_dir,
     monkeypatch.setattr(worker.engine, "start", lambda: pytest.fail("vLLM must not start"))
     monkeypatch.setattr(worker_module.signal, "signal", lambda *args: None)  # keep pytest's
     assert worker.run() == 1
+
+
+def test_a_slow_metrics_page_neither_holds_back_the_heartbeat_nor_reports_the_node_idle(
+    monkeypatch, model_dir
+):
+    from tests.inference.test_engine_metrics import FIXTURE
+
+    monkeypatch.setattr(worker_module, "open_backend", lambda: None)
+    worker = make_worker(model_dir(LLAMA_31_8B), *TINY_ARGS)
+    timeouts = []
+    pages = iter([FIXTURE.read_text(), TimeoutError("timed out")])
+
+    def metrics_text(*, timeout):
+        timeouts.append(timeout)
+        page = next(pages)
+        if isinstance(page, Exception):
+            raise page
+        return page
+
+    monkeypatch.setattr(worker.engine, "metrics_text", metrics_text)
+    read = worker._load()
+    assert (read.num_requests_running, read.num_requests_waiting) == (2, 1)
+    late = worker._load()
+    assert late is read  # the last load read, not an idle node
+    # Bounded by the heartbeat period (before registration, the retry period), not 5 s.
+    assert timeouts == [worker_module.RETRY_SECONDS] * 2

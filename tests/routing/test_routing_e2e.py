@@ -200,6 +200,9 @@ def test_a_draining_node_gets_no_new_requests(platform, committed):
     node = snapshot(worker.node_name)
     os.kill(worker.process.pid, signal.SIGSTOP)
     try:
+        # A heartbeat sent just before the stop may still be on its way; let it land first, or
+        # its "up" overwrites the "draining" below.
+        time.sleep(0.5)
         heartbeat = {"status": "draining", "engine": {}}
         reply = call(
             "POST",
