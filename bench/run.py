@@ -368,7 +368,7 @@ def profile(args, key: str, gateway_pid: int, gateway_url: str) -> str:
                     gateway_url + "/v1/chat/completions",
                     key,
                     body,
-                    concurrency=8,
+                    concurrency=args.profile_concurrency,
                     warmup=0,
                     duration=args.profile + 3,
                 )
@@ -396,7 +396,8 @@ def profile(args, key: str, gateway_pid: int, gateway_url: str) -> str:
             capture_output=True,
         )
         load.join()
-        sections.append(_top_frames(out, title="streamed" if stream else "non-streamed"))
+        kind = "streamed" if stream else "non-streamed"
+        sections.append(_top_frames(out, title=f"{kind} requests at C={args.profile_concurrency}"))
     return "\n".join(sections)
 
 
@@ -416,7 +417,7 @@ def _top_frames(path: Path, *, title: str, limit: int = 15) -> str:
         for frame in set(frames):
             inclusive[frame] = inclusive.get(frame, 0) + samples
     rows = [
-        f"Top {limit} by own time, {title} requests at C=8 ({total} samples):",
+        f"Top {limit} by own time, {title} ({total} samples):",
         "",
         "| own % | incl. % | function |",
         "|---:|---:|---|",
@@ -447,6 +448,7 @@ def main() -> None:
     parser.add_argument("--vllm-duration", type=float, default=20)
     parser.add_argument("--redis-db", type=int, default=12)
     parser.add_argument("--profile", type=int, default=0, help="seconds of py-spy sampling")
+    parser.add_argument("--profile-concurrency", type=int, default=8)
     parser.add_argument("--no-points", action="store_true", help="skip the latency points")
     args = parser.parse_args()
     if args.quick:

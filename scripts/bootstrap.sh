@@ -12,8 +12,10 @@ stamp() { cat "$@" | sha256sum | cut -d' ' -f1; }
 # pip warns about every package missing from the machine's extra local indexes; noise only.
 quiet_pip() { "$@" 2>&1 | { grep -v "^WARNING: Location 'file://" || true; }; }
 
-platform_stamp=$(stamp pyproject.toml requirements/lock.txt)
-if [ "$(cat .venv/.dmx-stamp 2>/dev/null)" != "$platform_stamp" ]; then
+# The editable install also compiles the C extension in place (apps/gateway/intent/_hashing.c).
+platform_stamp=$(stamp pyproject.toml requirements/lock.txt apps/gateway/intent/_hashing.c)
+if [ "$(cat .venv/.dmx-stamp 2>/dev/null)" != "$platform_stamp" ] ||
+  ! compgen -G "apps/gateway/intent/_hashing*.so" >/dev/null; then
   echo "==> platform virtualenv (.venv)"
   "$PYTHON" -m venv .venv
   quiet_pip .venv/bin/pip install -qq -c requirements/lock.txt -e '.[dev]'

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import math
+import re
 import subprocess
 import sys
+import zlib
 from collections import Counter
 from io import StringIO
 from pathlib import Path
@@ -23,7 +27,7 @@ from apps.gateway.intent.dataset import (
     load_examples,
 )
 from apps.gateway.intent.evaluate import evaluate
-from apps.gateway.intent.features import HEAD_CHARS, TAIL_CHARS, features
+from apps.gateway.intent.features import HEAD_CHARS, TAIL_CHARS, features, normalise
 from apps.gateway.intent.generate import generate
 from apps.gateway.intent.model import ARTIFACT_PATH, IntentModel
 from apps.gateway.intent.train import data_digest, train
@@ -136,12 +140,67 @@ def test_classify_returns_a_label_and_a_probability(text):
 
 def test_confidence_is_the_softmax_probability_of_the_label(model):
     text = "Compare Redis and Memcached for session storage."
-    probabilities = model.probabilities(text)
+    probabilities = np.array(model.probabilities(text))
     prediction = model.classify(text)
     assert probabilities.shape == (len(LABELS),)
     assert probabilities.sum() == pytest.approx(1.0, abs=1e-5)
     assert prediction.confidence == pytest.approx(float(probabilities.max()))
     assert prediction.label == LABELS[int(probabilities.argmax())]
+    # The logits are the features' weighted sum of weight rows, plus the bias.
+    ids, values = features(text)
+    expected = values @ model.weights[ids] + model.bias
+    np.testing.assert_allclose(model.logits(text), expected, rtol=1e-5, atol=1e-6)
+
+
+def _reference_buckets(text: str) -> Counter:
+    """The feature spec of features.py, written out in plain Python: what the compiled hashing
+    must reproduce bucket for bucket."""
+    mask, bits = (1 << 64) - 1, 17
+    text = normalise(text)
+
+    def seed(kind: str) -> int:
+        return zlib.crc32(kind.encode()) << 32
+
+    def bucket(value: int, kind: str) -> int:
+        return (((value + seed(kind)) & mask) * 0x9E3779B97F4A7C15 & mask) >> (64 - bits)
+
+    points = [2, *map(ord, text), 3]
+    size, found = len(points), Counter()
+    for n in range(1, 4):
+        for i in range(size - n + 1):
+            value = 0
+            for point in points[i : i + n]:
+                value = (value * 0x100000001B3 + point) & mask
+            found[bucket(value, f"char{n}")] += 1
+            if i < min(size, 100) - n + 1:
+                found[bucket(value, f"head{n}")] += 1
+            if i >= size - 100:
+                found[bucket(value, f"tail{n}")] += 1
+    words = [zlib.crc32(word.encode()) for word in re.findall(r"[0-9a-z\u00df-\u024f]+", text)]
+    for word in words:
+        found[bucket(word, "word")] += 1
+    for first, second in itertools.pairwise(words):
+        found[bucket((first * 0x100000001B3 + second) & mask, "bigram")] += 1
+    return found
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "Write a haiku about the sea.",
+        "帮我 review 一下这段 code: def f(x): return x",
+        "Straße über Ǆ naïve café, 𝔘nicode and 😀",
+        "Summarise:\n" + "word " * 400 + "\nin one line",
+    ],
+)
+def test_compiled_features_follow_the_spec(text):
+    counts = _reference_buckets(text)
+    ids, values = features(text)
+    assert ids.tolist() == sorted(counts)
+    weights = np.array([1 + math.log(counts[i]) for i in sorted(counts)], dtype=np.float64)
+    expected = weights / np.sqrt(weights @ weights) if len(weights) else weights
+    np.testing.assert_allclose(values, expected, rtol=1e-5)
 
 
 @pytest.mark.parametrize(
