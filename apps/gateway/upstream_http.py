@@ -189,6 +189,17 @@ class UpstreamResponse:
         self._connection.transport.close()
 
 
+async def _started(response: UpstreamResponse) -> UpstreamResponse:
+    """Wait for the response's headers; called off (cancelled), close the connection, which
+    tells the node to drop the request rather than leave it generating for no one."""
+    try:
+        await response.started
+    except asyncio.CancelledError:
+        response.close()
+        raise
+    return response
+
+
 class HttpPool:
     def __init__(self, *, connect_timeout: float, read_timeout: float, max_idle_per_node: int):
         self.connect_timeout = connect_timeout
@@ -244,8 +255,7 @@ class HttpPool:
             response = UpstreamResponse(connection)
             connection.send(response, request)
             try:
-                await response.started
-                return response
+                return await _started(response)
             except UpstreamConnectionError:
                 # The node closed this idle connection before our request reached it (its
                 # keep-alive timeout): nothing was processed, so a fresh connection is safe.
@@ -253,8 +263,7 @@ class HttpPool:
         connection = await self._connect(origin)
         response = UpstreamResponse(connection)
         connection.send(response, request)
-        await response.started
-        return response
+        return await _started(response)
 
     async def close(self) -> None:
         for connections in self._idle.values():

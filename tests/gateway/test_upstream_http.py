@@ -159,3 +159,30 @@ def test_closing_an_unfinished_response_closes_its_connection():
         return True
 
     assert asyncio.run(scenario())
+
+
+def test_a_request_called_off_before_the_answer_closes_its_connection():
+    """Cancelled while the node has not answered yet, the request's connection is closed (the
+    node sees EOF, and vLLM aborts the generation) instead of left open for no one."""
+    node_saw_eof = []
+
+    async def handler(reader, writer):
+        await read_request(reader)
+        node_saw_eof.append(await reader.read() == b"")  # waits for the client to hang up
+
+    async def scenario():
+        server, port = await serve(handler)
+        client = pool(read_timeout=30.0)
+        post = asyncio.create_task(client.post(f"http://127.0.0.1:{port}/x", b"{}"))
+        await asyncio.sleep(0.1)
+        post.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await post
+        for _ in range(100):
+            if node_saw_eof:
+                break
+            await asyncio.sleep(0.01)
+        server.close()
+
+    asyncio.run(scenario())
+    assert node_saw_eof == [True]
