@@ -46,6 +46,8 @@ PYTHON = ROOT / ".venv" / "bin" / "python"
 WORKER_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 MODEL = "bench-model"
+REDIS_PREFIX = "dmxbench"
+USAGE_STREAM_KEY = f"{REDIS_PREFIX}:usage:stream"  # apps.keys.ledger.USAGE_STREAM
 
 
 def _env(redis_db: int) -> dict[str, str]:
@@ -58,7 +60,7 @@ def _env(redis_db: int) -> dict[str, str]:
             "DMX_BENCH_DATABASE_URL", f"sqlite:///{RUN_DIR / 'db.sqlite3'}"
         ),
         REDIS_URL=f"redis://127.0.0.1:6379/{redis_db}",
-        DMX_REDIS_PREFIX="dmxbench",
+        DMX_REDIS_PREFIX=REDIS_PREFIX,
         DMX_HEARTBEAT_SECONDS="1",
         DMX_LOG_LEVEL="WARNING",
         HF_HUB_OFFLINE="1",
@@ -205,8 +207,48 @@ def measure(
     return result
 
 
+class LedgerPause:
+    """Stop the Celery worker (the ledger's drain into the database) while a point is measured,
+    and let it drain what the point appended before the next one.
+
+    On two cores Celery shares one with the upstream and the load generator; its flush every two
+    seconds (a thousand rows into the database) then lands on the upstream's latency and
+    doubled the gateway's p99 at concurrency 1, even at the idle scheduling class. In
+    production it runs on machines of its own. The gateway still appends every usage event to
+    the durable stream inside its settle script, so usage recording stays on; `--ledger-live`
+    measures with the drain running."""
+
+    def __init__(self, celery: subprocess.Popen | None, redis_db: int) -> None:
+        self.celery = celery
+        self.redis_db = redis_db
+
+    def __enter__(self) -> None:
+        if self.celery is not None:
+            os.killpg(self.celery.pid, signal.SIGSTOP)
+
+    def __exit__(self, *exc) -> None:
+        if self.celery is None:
+            return
+        os.killpg(self.celery.pid, signal.SIGCONT)
+        deadline = time.monotonic() + 300
+        while self._buffered() and time.monotonic() < deadline:
+            time.sleep(0.5)
+
+    def _buffered(self) -> int:
+        import redis
+
+        with redis.Redis(host="127.0.0.1", port=6379, db=self.redis_db) as client:
+            return client.xlen(USAGE_STREAM_KEY)
+
+
 def fake_upstream_points(
-    args, env, key: str, gateway_pid: int, upstream_url: str, gateway_url: str
+    args,
+    env,
+    key: str,
+    gateway_pid: int,
+    upstream_url: str,
+    gateway_url: str,
+    ledger: LedgerPause,
 ) -> list[dict]:
     rows = []
     for stream in (False, True):
@@ -219,9 +261,10 @@ def fake_upstream_points(
                 duration=args.duration,
             )
             direct = measure(upstream_url + "/v1/chat/completions", None, **common)
-            via = measure(
-                gateway_url + "/v1/chat/completions", key, cpu_pids=[gateway_pid], **common
-            )
+            with ledger:
+                via = measure(
+                    gateway_url + "/v1/chat/completions", key, cpu_pids=[gateway_pid], **common
+                )
             rows.append(
                 {"stream": stream, "concurrency": concurrency, "direct": direct, "gateway": via}
             )
@@ -253,7 +296,8 @@ def markdown(rows: list[dict], vllm: dict | None, soak: dict | None, meta: dict)
         f"Measured {meta['date']} on {meta['machine']}; {meta['tokens']} tokens per completion"
         f"{_pacing(meta)}; "
         f"gateway pinned to core {meta['gateway_core']}, upstream and load generator to core "
-        f"{meta['other_core']}; {meta['duration']} s per point after {meta['warmup']} s warm-up.",
+        f"{meta['other_core']}; {meta['duration']} s per point after {meta['warmup']} s warm-up; "
+        f"ledger drain (Celery) {meta.get('ledger', 'live')} while measuring.",
         "",
         "| mode | C | direct rps | gateway rps | throughput ratio | added p50 ms | added p99 ms "
         "| upstream p50 ms | gateway CPU ms/req |",
@@ -463,6 +507,11 @@ def main() -> None:
     parser.add_argument("--redis-db", type=int, default=12)
     parser.add_argument("--profile", type=int, default=0, help="seconds of py-spy sampling")
     parser.add_argument("--profile-concurrency", type=int, default=8)
+    parser.add_argument(
+        "--ledger-live",
+        action="store_true",
+        help="keep the ledger's drain (Celery) running while points are measured",
+    )
     parser.add_argument("--no-points", action="store_true", help="skip the latency points")
     args = parser.parse_args()
     if args.quick:
@@ -495,9 +544,10 @@ def main() -> None:
         gateway = procs.start(
             "gateway", [*gateway_argv(gateway_port), "--log-level", "warning"], gateway_core
         )
-        procs.start(
+        celery = procs.start(
             "celery", celery_argv(RUN_DIR / "celerybeat-schedule"), other_core, background=True
         )
+        ledger = LedgerPause(None if args.ledger_live else celery, args.redis_db)
         _wait(gateway_url + "/health")
         _wait(upstream_url + "/health")
         attached = procs.start(
@@ -532,7 +582,7 @@ def main() -> None:
             []
             if args.no_points
             else fake_upstream_points(
-                args, env, credentials["key"], gateway.pid, upstream_url, gateway_url
+                args, env, credentials["key"], gateway.pid, upstream_url, gateway_url, ledger
             )
         )
         profiled = (
@@ -559,6 +609,7 @@ def main() -> None:
         "other_core": other_core,
         "warmup": args.warmup,
         "duration": args.duration,
+        "ledger": "live" if args.ledger_live else "paused",
     }
     table = markdown(rows, vllm, soak_result, meta) + ("\n" + profiled if profiled else "")
     print(table)
