@@ -34,6 +34,7 @@ from apps.models.services import CATALOG_VERSION_KEY
 from apps.routing.breaker import BreakerBoard, breakers_key
 from apps.routing.decisions import DecisionSampler
 from apps.routing.fleet import FleetView
+from apps.routing.metrics import export_fleet
 from apps.routing.queueing import AdmissionQueues
 from apps.routing.router import Router
 from apps.routing.selectors import routing_table_load
@@ -84,6 +85,7 @@ class GatewayRuntime:
         )
         await sync_to_async(intent.load, thread_sensitive=False)()
         await self.refresh()
+        export_fleet(self.fleet)
         # Everything loaded so far (Django, the intent weights' owners, the filter's automaton,
         # the caches) lives as long as the process: move it out of the collector's generations,
         # so that each full collection walks only what requests allocate.

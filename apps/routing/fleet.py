@@ -32,6 +32,10 @@ class FleetView:
         self._by_model = dict(by_model)
         self.generation += 1
 
+    def all_nodes(self) -> list[NodeSnapshot]:
+        """Every registered node, of every model."""
+        return [node for nodes in self._by_model.values() for node in nodes]
+
     def nodes(self, model: str) -> list[NodeSnapshot]:
         """Every node registered for `model`, live or not."""
         return self._by_model.get(model, [])
