@@ -6,7 +6,9 @@
  * the weight rows, a few microseconds. features.py documents what the features are; this file
  * is their only implementation, used by training and by the gateway alike.
  *
- * Every call runs with the GIL held (it is short), so the module's scratch buffers are safe.
+ * Every call runs with the GIL held (it is short), so the module's scratch buffers are safe:
+ * nothing that could run other Python code (a collection allocating a tracked object) happens
+ * between counting a text's features and clearing the counts.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -124,6 +126,7 @@ static void clear_counts(void) {
 
 /* Count every feature of normalised text into counts/distinct; -1 with an exception set. */
 static int count_features(PyObject *text) {
+    if (PyUnicode_READY(text) < 0) return -1;
     const int kind = PyUnicode_KIND(text);
     const void *data = PyUnicode_DATA(text);
     const Py_ssize_t length = PyUnicode_GET_LENGTH(text);
@@ -281,6 +284,7 @@ static PyMethodDef methods[] = {
 
 static struct PyModuleDef module = {
     PyModuleDef_HEAD_INIT, "_hashing", "The intent classifier's features, compiled.", -1, methods,
+    NULL, NULL, NULL, NULL,
 };
 
 PyMODINIT_FUNC PyInit__hashing(void) {

@@ -1,10 +1,11 @@
 """Turn a prompt into hashed features: character 1-3-grams plus Latin word uni- and bigrams.
 
 Character n-grams carry Chinese (no spaces to split words on) and the punctuation of code; words
-carry English phrasing. Each n-gram's hash is a polynomial (FNV prime) over its code points, each
-word's its UTF-8 CRC-32, each feature kind's hashes offset by its own seed (the CRC-32 of its name,
-shifted up 32 bits), and the bucket is the top BUCKET_BITS of the seeded hash times 2**64 / golden
-ratio (Fibonacci hashing). Stable across processes, unlike Python's salted hash(). The hashing,
+(runs of 0-9, a-z and U+00DF-U+024F: Latin, accented letters included) carry English phrasing.
+Each n-gram's hash is a polynomial (FNV prime) over its code points, each word's its UTF-8
+CRC-32, each feature kind's hashes offset by its own seed (the CRC-32 of its name, shifted up 32
+bits), and the bucket is the top BUCKET_BITS of the seeded hash times 2**64 / golden ratio
+(Fibonacci hashing). Stable across processes, unlike Python's salted hash(). The hashing,
 counting and weighting run in _hashing.c, compiled: in numpy a short prompt paid a dozen calls'
 overhead for a few hundred features, in C it takes a few microseconds.
 """
@@ -39,8 +40,6 @@ EDGE_CHARS = _hashing.EDGE_CHARS
 # text needs from NFKC, and folding them first with numpy lets normalize() take its fast path.
 _FULL_WIDTH_FIRST, _FULL_WIDTH_LAST = 0xFF01, 0xFF5E
 _FULL_WIDTH_OFFSET = 0xFF01 - 0x21
-# Words are runs of [0-9a-z\u00df-\u024f] (Latin, accented letters included); Chinese is covered
-# by the character n-grams.
 
 
 def normalise(text: str) -> str:
