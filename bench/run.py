@@ -34,6 +34,8 @@ import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
+import redis
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -48,6 +50,7 @@ CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 MODEL = "bench-model"
 REDIS_PREFIX = "dmxbench"
 USAGE_STREAM_KEY = f"{REDIS_PREFIX}:usage:stream"  # apps.keys.ledger.USAGE_STREAM
+DRAIN_TIMEOUT = 300  # seconds the ledger gets to drain a point's usage events
 
 
 def _env(redis_db: int) -> dict[str, str]:
@@ -89,10 +92,8 @@ class Processes:
         background: bool = False,
     ):
         """Start a process pinned to `core`. A background one (Celery, the worker's heartbeat)
-        runs under SCHED_IDLE: on two cores it shares one with the upstream and the load
-        generator, and its batch work (the ledger's flush into the database) would otherwise
-        show up as the upstream's latency, which production, with Celery on its own machines,
-        would not see."""
+        runs under SCHED_IDLE, so that on two cores the upstream and the load generator it
+        shares a core with come first (not enough for Celery's flush: see LedgerPause)."""
         log = (RUN_DIR / f"{name}.log").open("wb")
         idle = ["chrt", "--idle", "0"] if background else []
         process = subprocess.Popen(
@@ -230,13 +231,14 @@ class LedgerPause:
         if self.celery is None:
             return
         os.killpg(self.celery.pid, signal.SIGCONT)
-        deadline = time.monotonic() + 300
-        while self._buffered() and time.monotonic() < deadline:
+        deadline = time.monotonic() + DRAIN_TIMEOUT
+        while self._buffered():
+            if time.monotonic() > deadline:
+                print(f"the ledger did not drain within {DRAIN_TIMEOUT} s", flush=True)
+                return
             time.sleep(0.5)
 
     def _buffered(self) -> int:
-        import redis
-
         with redis.Redis(host="127.0.0.1", port=6379, db=self.redis_db) as client:
             return client.xlen(USAGE_STREAM_KEY)
 
@@ -297,7 +299,7 @@ def markdown(rows: list[dict], vllm: dict | None, soak: dict | None, meta: dict)
         f"{_pacing(meta)}; "
         f"gateway pinned to core {meta['gateway_core']}, upstream and load generator to core "
         f"{meta['other_core']}; {meta['duration']} s per point after {meta['warmup']} s warm-up; "
-        f"ledger drain (Celery) {meta.get('ledger', 'live')} while measuring.",
+        f"ledger drain (Celery) {meta['ledger']} while measuring.",
         "",
         "| mode | C | direct rps | gateway rps | throughput ratio | added p50 ms | added p99 ms "
         "| upstream p50 ms | gateway CPU ms/req |",
