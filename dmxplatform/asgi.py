@@ -1,7 +1,7 @@
 """The ASGI application: Channels routes /v1 to the gateway, everything else to Django.
 
-Django's handler (and its sync middleware) never sees a /v1 request; the admin, the internal
-node API, /health and /metrics go through it as usual.
+Django's handler (and its sync middleware) never sees a /v1 request or a node heartbeat; the
+admin, the rest of the internal node API, /health and /metrics go through it as usual.
 """
 
 import os
@@ -28,6 +28,7 @@ from apps.gateway.consumers import (  # noqa: E402
     UnknownPathEndpoint,
 )
 from apps.gateway.schemas import Endpoint  # noqa: E402
+from apps.hardware.consumers import NodeHeartbeatEndpoint  # noqa: E402
 
 gateway_routes = [
     path("v1/chat/completions", CompletionsEndpoint(Endpoint.CHAT)),
@@ -35,6 +36,8 @@ gateway_routes = [
     path("v1/models", ModelsEndpoint()),
     path("v1/models/<path:model>", ModelsEndpoint()),
     re_path(r"^v1/", UnknownPathEndpoint()),
+    # Every node, every few seconds: kept off Django's handler like /v1 (apps.hardware.consumers).
+    path("internal/v1/nodes/<int:node_id>/heartbeat", NodeHeartbeatEndpoint()),
     re_path(r"", django_application),
 ]
 

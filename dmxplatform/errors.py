@@ -81,10 +81,22 @@ class NotFoundError(ApplicationError):
     default_code = "not_found"
 
 
+class MethodNotAllowedError(ApplicationError):
+    status = 405
+    error_type = "invalid_request_error"
+    default_code = "method_not_allowed"
+
+
 class ConflictError(ApplicationError):
     status = 409
     error_type = "invalid_request_error"
     default_code = "conflict"
+
+
+class RequestTooLargeError(ApplicationError):
+    status = 413
+    error_type = "invalid_request_error"
+    default_code = "request_too_large"
 
 
 class RateLimitError(ApplicationError):

@@ -6,13 +6,13 @@ import time
 from typing import Any
 
 from apps.gateway.errors import GatewayErrorCode
-from apps.gateway.responses import header
 from apps.keys.errors import KeysErrorCode
 from apps.keys.keycache import KeyCache, KeyRecord
 from apps.keys.models import KEY_PREFIX
 from apps.keys.signing import signature_verify
 from dmxplatform import credentials
 from dmxplatform.errors import AuthenticationError, PermissionDeniedError
+from dmxplatform.responses import header
 
 
 def _refuse(message: str, code: GatewayErrorCode) -> AuthenticationError:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
-from apps.gateway.responses import header
+from dmxplatform.responses import header
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 

@@ -11,12 +11,18 @@ import logging
 from typing import Any
 
 from apps.gateway.auth import authenticate
-from apps.gateway.errors import GatewayErrorCode, MethodNotAllowedError
+from apps.gateway.errors import GatewayErrorCode
 from apps.gateway.pipeline import CompletionCall, new_request_id
-from apps.gateway.responses import dumps, header, send_error, send_json
 from apps.gateway.runtime import get_runtime, shutdown_runtime
 from apps.gateway.schemas import Endpoint
 from dmxplatform.errors import ApplicationError, NotFoundError
+from dmxplatform.responses import (
+    dumps,
+    header,
+    send_error,
+    send_json,
+    send_method_not_allowed,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -78,8 +84,7 @@ class UnknownPathEndpoint:
 
 
 async def _refuse_method(send, allowed: str) -> None:
-    error = MethodNotAllowedError(f"Method not allowed; use {allowed}.", headers={"Allow": allowed})
-    await send_error(send, error, [(b"x-request-id", new_request_id().encode())])
+    await send_method_not_allowed(send, allowed, [(b"x-request-id", new_request_id().encode())])
 
 
 class Lifespan:

@@ -2,8 +2,6 @@
 
 from enum import StrEnum
 
-from dmxplatform.errors import ApplicationError
-
 
 class GatewayErrorCode(StrEnum):
     INVALID_JSON = "invalid_json"
@@ -19,19 +17,5 @@ class GatewayErrorCode(StrEnum):
     NO_CAPACITY = "no_capacity"
     UPSTREAM_ERROR = "upstream_error"
     STATE_UNAVAILABLE = "state_unavailable"
-    REQUEST_TOO_LARGE = "request_too_large"
-    METHOD_NOT_ALLOWED = "method_not_allowed"
     NOT_FOUND = "not_found"
     INTERNAL_ERROR = "internal_error"
-
-
-class RequestTooLargeError(ApplicationError):
-    status = 413
-    error_type = "invalid_request_error"
-    default_code = GatewayErrorCode.REQUEST_TOO_LARGE
-
-
-class MethodNotAllowedError(ApplicationError):
-    status = 405
-    error_type = "invalid_request_error"
-    default_code = GatewayErrorCode.METHOD_NOT_ALLOWED

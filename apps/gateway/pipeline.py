@@ -32,7 +32,6 @@ from apps.gateway.errors import GatewayErrorCode
 from apps.gateway.intent import classify
 from apps.gateway.outputs import StreamEditor, filter_response
 from apps.gateway.prompts import affinity_key, intent_text, screen_prompt
-from apps.gateway.responses import EVENT_STREAM, Headers, header, read_body, send_error, send_json
 from apps.gateway.runtime import GatewayRuntime, get_runtime
 from apps.gateway.schemas import CompletionRequest, Endpoint, parse_json, validate_completion
 from apps.gateway.upstream import connect, upstream_error
@@ -56,6 +55,7 @@ from dmxplatform.errors import (
     UpstreamError,
 )
 from dmxplatform.resp import RedisUnavailable
+from dmxplatform.responses import EVENT_STREAM, Headers, header, read_body, send_error, send_json
 
 logger = logging.getLogger(__name__)
 

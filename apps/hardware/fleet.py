@@ -71,6 +71,11 @@ def fleet_key() -> str:
     return rkey(*FLEET_KEY)
 
 
+def fleet_resources_key() -> str:
+    """Each node's latest resource view (GPU readings) as it sent it, for its Node row."""
+    return rkey("fleet", "resources")
+
+
 def node_token_key(token_id: str) -> str:
     return rkey("nodetoken", token_id)
 

@@ -1,19 +1,22 @@
 """Writes for hardware profiles and nodes: tokens, registration, heartbeats, staleness.
 
-Live node state is Redis's (apps.hardware.fleet): gateways route on it and a heartbeat lands
-there first, so nodes stay routable while PostgreSQL is down. The Node rows are its durable
-mirror, written in the same call when the database answers and caught up by the next
-heartbeat when it does not.
+Live node state is Redis's (apps.hardware.fleet): gateways route on it and heartbeats write
+only there, so nodes stay routable while PostgreSQL is down and a heartbeat costs the process
+that serves it no database write. The Node rows are its durable mirror, caught up in one
+transaction by the periodic nodes_sync.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import logging
+from datetime import UTC, datetime
 from pathlib import Path
 
+import orjson
+import redis.asyncio as aioredis
+from channels.db import database_sync_to_async
 from django.conf import settings
-from django.db import DatabaseError, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from apps.hardware.choices import NodeStatus
@@ -23,6 +26,7 @@ from apps.hardware.fleet import (
     TokenRecord,
     engine_fields,
     fleet_key,
+    fleet_resources_key,
     node_token_key,
     now,
 )
@@ -35,8 +39,6 @@ from dmxplatform.errors import AuthenticationError, NotFoundError
 from dmxplatform.redis_client import sync_redis
 from inference.hardware.profiles import PROFILES_DIR, load_profiles
 from inference.wire import Heartbeat, Registration
-
-logger = logging.getLogger(__name__)
 
 NODE_TOKEN_PREFIX = "dmx-node-"
 
@@ -88,10 +90,8 @@ def node_token_update(*, token: NodeToken) -> NodeToken:
     return token
 
 
-def _token_lookup(token_id: str) -> TokenRecord | None:
-    raw = sync_redis().get(node_token_key(token_id))
-    if raw is not None:
-        return TokenRecord.decode(raw)
+def _token_from_database(token_id: str) -> TokenRecord | None:
+    """Load a token Redis does not hold and put it back there."""
     token = NodeToken.objects.filter(token_id=token_id).first()
     if token is None:
         return None
@@ -100,17 +100,39 @@ def _token_lookup(token_id: str) -> TokenRecord | None:
     return record
 
 
-def node_token_authenticate(*, plaintext: str) -> TokenRecord:
-    """Return the live token a worker presented, or raise AuthenticationError."""
-    parts = credentials.split(plaintext, NODE_TOKEN_PREFIX)
-    record = _token_lookup(parts[0]) if parts else None
+def _token_verified(parts: tuple[str, str] | None, record: TokenRecord | None) -> TokenRecord:
     if (
-        record is None
+        parts is None
+        or record is None
         or record.revoked
         or not credentials.secret_matches(parts[1], record.secret_hash)
     ):
         raise AuthenticationError("Invalid node token.", code=HardwareErrorCode.INVALID_NODE_TOKEN)
     return record
+
+
+def node_token_authenticate(*, plaintext: str) -> TokenRecord:
+    """Return the live token a worker presented, or raise AuthenticationError."""
+    parts = credentials.split(plaintext, NODE_TOKEN_PREFIX)
+    record = None
+    if parts is not None:
+        raw = sync_redis().get(node_token_key(parts[0]))
+        record = TokenRecord.decode(raw) if raw is not None else _token_from_database(parts[0])
+    return _token_verified(parts, record)
+
+
+async def node_token_authenticate_async(*, redis: aioredis.Redis, plaintext: str) -> TokenRecord:
+    """node_token_authenticate on an event loop: Redis answers; the database only on a miss."""
+    parts = credentials.split(plaintext, NODE_TOKEN_PREFIX)
+    record = None
+    if parts is not None:
+        raw = await redis.get(node_token_key(parts[0]))
+        record = (
+            TokenRecord.decode(raw)
+            if raw is not None
+            else await database_sync_to_async(_token_from_database)(parts[0])
+        )
+    return _token_verified(parts, record)
 
 
 def node_snapshot(node: Node) -> NodeSnapshot:
@@ -186,66 +208,91 @@ def node_register(*, token: TokenRecord, registration: Registration) -> tuple[No
     return node, tokenizer_wanted
 
 
-def _snapshot_of(node_id: int) -> NodeSnapshot | None:
-    raw = sync_redis().hget(fleet_key(), str(node_id))
-    if raw is not None:
-        return NodeSnapshot.decode(raw)
+def _snapshot_from_database(node_id: int) -> NodeSnapshot | None:
     node = Node.objects.select_related("model_version__model", "profile").filter(id=node_id).first()
     return node_snapshot(node) if node else None
 
 
-def node_heartbeat_record(
-    *, token: TokenRecord, node_id: int, heartbeat: Heartbeat
+def _heartbeat_applied(snapshot: NodeSnapshot, heartbeat: Heartbeat) -> NodeSnapshot:
+    # Registration priced the node from its database profile; heartbeats keep that unit price.
+    unit_price = (
+        snapshot.hourly_price_usd / max(snapshot.gpu_count, 1) if snapshot.profile else None
+    )
+    return dataclasses.replace(
+        snapshot,
+        status=heartbeat.status,
+        heartbeat_at=now(),
+        **engine_fields(heartbeat.engine),
+        **summarize(heartbeat.resources, unit_price_usd=unit_price),
+    )
+
+
+async def node_heartbeat_record(
+    *, redis: aioredis.Redis, token: TokenRecord, node_id: int, heartbeat: Heartbeat
 ) -> NodeSnapshot:
-    """Store a heartbeat: in Redis at once, in the database when it answers."""
-    snapshot = _snapshot_of(node_id)
+    """Store a heartbeat in the live state gateways route on (nodes_sync copies it into the
+    Node row); the database is read only when Redis has lost the node."""
+    raw = await redis.hget(fleet_key(), str(node_id))
+    snapshot = (
+        NodeSnapshot.decode(raw)
+        if raw is not None
+        else await database_sync_to_async(_snapshot_from_database)(node_id)
+    )
     if snapshot is None or snapshot.token_id != token.id:
         raise NotFoundError(
             f"Node {node_id} is not registered with this token.",
             code=HardwareErrorCode.NODE_NOT_FOUND,
         )
-    engine = heartbeat.engine
-    # Registration priced the node from its database profile; heartbeats keep that unit price.
-    unit_price = (
-        snapshot.hourly_price_usd / max(snapshot.gpu_count, 1) if snapshot.profile else None
-    )
-    snapshot = dataclasses.replace(
-        snapshot,
-        status=heartbeat.status,
-        heartbeat_at=now(),
-        **engine_fields(engine),
-        **summarize(heartbeat.resources, unit_price_usd=unit_price),
-    )
-    sync_redis().hset(fleet_key(), str(node_id), snapshot.encode())
-    fields = {
-        "status": snapshot.status,
-        "last_heartbeat_at": timezone.now(),
-        "num_requests_running": engine.num_requests_running,
-        "num_requests_waiting": engine.num_requests_waiting,
-        "kv_cache_usage": engine.kv_cache_usage,
-    }
+    snapshot = _heartbeat_applied(snapshot, heartbeat)
+    pipe = redis.pipeline(transaction=False)
+    pipe.hset(fleet_key(), str(node_id), snapshot.encode())
     if heartbeat.resources:
-        fields["resources"] = heartbeat.resources
-    try:
-        Node.objects.filter(id=node_id).update(**fields)
-    except DatabaseError as exc:
-        logger.warning("heartbeat of node %s kept in Redis only: %s", node_id, exc)
+        pipe.hset(fleet_resources_key(), str(node_id), orjson.dumps(heartbeat.resources))
+    await pipe.execute()
     return snapshot
 
 
-def nodes_mark_stale() -> int:
-    """Mark down the nodes whose heartbeats stopped; return how many changed.
+def nodes_sync() -> int:
+    """Mark down the nodes whose heartbeats stopped and copy the live state into the Node
+    rows in one transaction; return how many nodes were marked down.
 
-    Staleness is judged on the live state in Redis, where heartbeats land first.
+    Heartbeats write Redis only: a database write each would cost the processes that serve
+    /v1 a thread hop and a commit per node every few seconds. This periodic task is the one
+    writer of the rows' live columns, and it judges staleness on Redis, where heartbeats land.
     """
     client = sync_redis()
+    pipe = client.pipeline(transaction=False)
+    pipe.hgetall(fleet_key())
+    pipe.hgetall(fleet_resources_key())
+    nodes, resources = pipe.execute()
     cutoff = now() - settings.DMX_NODE_STALE_SECONDS
-    stale = []
-    for raw in client.hgetall(fleet_key()).values():
-        snapshot = NodeSnapshot.decode(raw)
-        if snapshot.status != NodeStatus.DOWN and snapshot.heartbeat_at < cutoff:
-            stale.append(dataclasses.replace(snapshot, status=NodeStatus.DOWN))
+    live = {s.id: s for s in map(NodeSnapshot.decode, nodes.values())}
+    stale = [
+        dataclasses.replace(s, status=NodeStatus.DOWN)
+        for s in live.values()
+        if s.status != NodeStatus.DOWN and s.heartbeat_at < cutoff
+    ]
     if stale:
         client.hset(fleet_key(), mapping={str(s.id): s.encode() for s in stale})
-        Node.objects.filter(id__in=[s.id for s in stale]).update(status=NodeStatus.DOWN)
+        live.update((s.id, s) for s in stale)
+    rows = Node.objects.filter(id__in=live).values_list("id", "last_heartbeat_at", "status")
+    with transaction.atomic():
+        for node_id, row_heartbeat_at, row_status in rows:
+            snapshot = live[node_id]
+            heartbeat_at = datetime.fromtimestamp(snapshot.heartbeat_at, tz=UTC)
+            if (row_heartbeat_at, row_status) == (heartbeat_at, snapshot.status):
+                continue
+            fields = {
+                "status": snapshot.status,
+                "last_heartbeat_at": heartbeat_at,
+                "num_requests_running": snapshot.num_requests_running,
+                "num_requests_waiting": snapshot.num_requests_waiting,
+                "kv_cache_usage": snapshot.kv_cache_usage,
+            }
+            view = resources.get(str(node_id).encode())
+            if view is not None:
+                fields["resources"] = orjson.loads(view)
+            # A registration committing during this sync may be set back here; the next sync
+            # copies its newer live state over it.
+            Node.objects.filter(id=node_id).update(**fields)
     return len(stale)

@@ -15,7 +15,8 @@ CELERY_TIMEZONE = "UTC"
 
 # How often the usage buffer (a Redis stream) is drained into PostgreSQL, in seconds.
 DMX_USAGE_FLUSH_SECONDS = env_float("DMX_USAGE_FLUSH_SECONDS", 2.0, minimum=0.2)
-# How often nodes without fresh heartbeats are marked down, in seconds.
+# How often nodes without fresh heartbeats are marked down and the Node rows catch up with the
+# live state heartbeats write to Redis, in seconds.
 DMX_NODE_STALE_CHECK_SECONDS = env_float("DMX_NODE_STALE_CHECK_SECONDS", 2.0, minimum=0.5)
 
 # Raw usage records older than this are deleted nightly; daily totals are kept.
@@ -58,8 +59,8 @@ CELERY_BEAT_SCHEDULE = {
         "task": "apps.keys.tasks.usage_flush_task",
         "schedule": DMX_USAGE_FLUSH_SECONDS,
     },
-    "nodes-mark-stale": {
-        "task": "apps.hardware.tasks.nodes_mark_stale_task",
+    "nodes-sync": {
+        "task": "apps.hardware.tasks.nodes_sync_task",
         "schedule": DMX_NODE_STALE_CHECK_SECONDS,
     },
 }

@@ -8,7 +8,9 @@ import pytest
 from django.conf import settings
 
 from apps.hardware.choices import NodeStatus
+from apps.hardware.fleet import NodeSnapshot, fleet_key
 from apps.hardware.models import Node
+from dmxplatform.redis_client import sync_redis
 from tests.conftest import wait_until_served
 from tests.http import call
 from tests.stack import wait_for
@@ -25,6 +27,11 @@ def ask(platform, model: str):
 
 def node_of(worker) -> Node:
     return Node.objects.get(name=f"test-dmx-tiny-b-{worker.port}")
+
+
+def live_state_of(worker) -> NodeSnapshot:
+    """The node as gateways route on it: heartbeats land here; the Node row follows on sync."""
+    return NodeSnapshot.decode(sync_redis().hget(fleet_key(), str(node_of(worker).id)))
 
 
 def test_killed_worker_goes_down_and_gateway_answers_503(platform, committed):
@@ -78,7 +85,10 @@ def test_sigterm_drains_in_flight_requests_then_reports_down(platform, committed
     thread = threading.Thread(target=long_request)
     thread.start()
     wait_for(
-        lambda: node_of(worker).num_requests_running > 0, timeout=10, what="the request to start"
+        lambda: live_state_of(worker).num_requests_running > 0,
+        timeout=10,
+        interval=0.05,
+        what="the request to start",
     )
     worker.stop()  # SIGTERM
     thread.join(timeout=60)
@@ -86,5 +96,10 @@ def test_sigterm_drains_in_flight_requests_then_reports_down(platform, committed
     reply = result["reply"]
     assert reply.status == 200, reply.body  # the in-flight request finished
     assert reply.json()["usage"]["completion_tokens"] == 300
-    assert node_of(worker).status == NodeStatus.DOWN  # reported by the worker itself
+    assert live_state_of(worker).status == NodeStatus.DOWN  # reported by the worker itself
+    wait_for(
+        lambda: node_of(worker).status == NodeStatus.DOWN,
+        timeout=settings.DMX_NODE_STALE_CHECK_SECONDS + 2,
+        what="the Node row to follow",
+    )
     assert ask(platform, "dmx-tiny-b").status == 503

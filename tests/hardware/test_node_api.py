@@ -1,11 +1,16 @@
-"""The node protocol over HTTP, through Django's test client (the e2e suite uses real workers)."""
+"""The node protocol over HTTP: registration through Django's test client, heartbeats through
+their ASGI endpoint (the e2e suite runs real workers against a real gateway)."""
 
+import orjson
 import pytest
+from asgiref.sync import async_to_sync
 from rest_framework.test import APIClient
 
 from apps.hardware.choices import NodeStatus
-from apps.hardware.fleet import NodeSnapshot, fleet_key
+from apps.hardware.consumers import NodeHeartbeatEndpoint
+from apps.hardware.fleet import NodeSnapshot, fleet_key, node_token_key
 from apps.hardware.models import Node
+from apps.hardware.services import nodes_sync
 from dmxplatform.redis_client import sync_redis
 from inference.wire import TokenizerUpload, tokenizer_digest
 from tests.hardware.factories import make_node_token
@@ -20,8 +25,14 @@ def _own_redis_keys(private_redis):
 
 
 @pytest.fixture
-def token():
-    return make_node_token()[1]
+def token(django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):  # published to Redis, as in life
+        return make_node_token()[1]
+
+
+@pytest.fixture
+def token_committed(transactional_db):
+    return make_node_token()
 
 
 @pytest.fixture
@@ -119,29 +130,122 @@ def test_tokenizer_is_asked_for_once_then_linked(client):
     assert Node.objects.get(id=again["node_id"]).model_version.tokenizer_id == sha
 
 
-def test_heartbeat_records_load(client):
-    node_id = client.post("/internal/v1/nodes/register", registration(), format="json").json()[
-        "node_id"
-    ]
+def call_heartbeat(node_id: int, body: bytes, *, token: str | None, method: str = "POST"):
+    """POST a heartbeat to the ASGI endpoint the gateway serves it with; (status, headers, JSON).
+
+    A fresh endpoint per call: each owns a Redis client for the event loop that serves it, and
+    every call here runs on its own loop.
+    """
+    headers = [(b"authorization", f"Bearer {token}".encode())] if token else []
+
+    scope = {
+        "type": "http",
+        "method": method,
+        "path": f"/internal/v1/nodes/{node_id}/heartbeat",
+        "headers": headers,
+        "url_route": {"args": (), "kwargs": {"node_id": node_id}},
+    }
+    sent = []
+
+    async def receive():
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    async_to_sync(NodeHeartbeatEndpoint())(scope, receive, send)
+    start, reply = sent
+    response = {**start, "body": reply["body"]}
+    return response["status"], dict(response["headers"]), orjson.loads(response["body"])
+
+
+@pytest.fixture
+def registered(client, django_capture_on_commit_callbacks) -> int:
+    """A node registered and published to Redis, as heartbeats find it."""
+    with django_capture_on_commit_callbacks(execute=True):
+        response = client.post("/internal/v1/nodes/register", registration(), format="json")
+    return response.json()["node_id"]
+
+
+def live_state(node_id: int) -> NodeSnapshot:
+    return NodeSnapshot.decode(sync_redis().hget(fleet_key(), str(node_id)))
+
+
+def test_heartbeat_lands_in_redis_at_once_and_in_the_database_on_sync(registered, token):
     heartbeat = {
         "status": "draining",
         "engine": {"num_requests_running": 3, "num_requests_waiting": 1, "kv_cache_usage": 0.4},
+        "resources": {"kind": "cpu", "cpu_count": 4},
     }
-    response = client.post(f"/internal/v1/nodes/{node_id}/heartbeat", heartbeat, format="json")
-    assert response.status_code == 200
-    node = Node.objects.get(id=node_id)
+    status, _, body = call_heartbeat(registered, orjson.dumps(heartbeat), token=token)
+    assert (status, body) == (200, {"node_id": registered, "status": "draining"})
+    snapshot = live_state(registered)
+    assert (snapshot.status, snapshot.num_requests_running, snapshot.num_requests_waiting) == (
+        "draining",
+        3,
+        1,
+    )
+    # The row is the sync's to write: the heartbeat made no database write of its own.
+    node = Node.objects.get(id=registered)
+    assert (node.status, node.num_requests_running) == ("up", 0)
+
+    assert nodes_sync() == 0
+    node.refresh_from_db()
     assert (node.status, node.num_requests_running, node.num_requests_waiting) == ("draining", 3, 1)
     assert node.kv_cache_usage == pytest.approx(0.4)
+    assert node.resources == {"kind": "cpu", "cpu_count": 4}
+    assert node.last_heartbeat_at.timestamp() == pytest.approx(snapshot.heartbeat_at, abs=1e-5)
 
 
-def test_a_token_cannot_report_for_another_tokens_node(client):
-    node_id = client.post("/internal/v1/nodes/register", registration(), format="json").json()[
+def test_a_token_cannot_report_for_another_tokens_node(
+    registered, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        other = make_node_token("other")[1]
+    status, _, body = call_heartbeat(registered, b'{"status": "down"}', token=other)
+    assert (status, body["error"]["code"]) == (404, "node_not_found")
+    assert live_state(registered).status == NodeStatus.UP
+
+
+def test_heartbeat_requires_a_node_token(registered):
+    status, headers, body = call_heartbeat(registered, b'{"status": "up"}', token=None)
+    assert (status, body["error"]["code"]) == (401, "not_authenticated")
+    assert headers[b"www-authenticate"] == b'Bearer realm="dmx-nodes"'
+
+
+# An unknown token id is looked up in the database, from a thread with its own connection.
+@pytest.mark.django_db(transaction=True)
+def test_heartbeat_with_an_unknown_or_wrong_token_is_refused(registered, token):
+    for wrong in ("dmx-node-abcdefgh_nope", token[: -len("secret")] + "secret"):
+        status, headers, body = call_heartbeat(registered, b'{"status": "up"}', token=wrong)
+        assert (status, body["error"]["code"]) == (401, "invalid_node_token")
+        assert headers[b"www-authenticate"] == b'Bearer realm="dmx-nodes"'
+
+
+def test_a_bad_heartbeat_is_400_naming_the_field(registered, token):
+    status, _, body = call_heartbeat(registered, b'{"status": "up",', token=token)
+    assert (status, body["error"]["code"]) == (400, "invalid_payload")
+    status, _, body = call_heartbeat(
+        registered,
+        orjson.dumps({"status": "up", "engine": {"num_requests_running": "many"}}),
+        token=token,
+    )
+    assert (status, body["error"]["code"]) == (400, "invalid_payload")
+    assert body["error"]["param"] == "engine.num_requests_running"
+    status, headers, body = call_heartbeat(registered, b"", token=token, method="GET")
+    assert (status, headers[b"allow"]) == (405, b"POST")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_node_redis_lost_is_found_in_the_database(token_committed):
+    # Redis lost its live state (a flush, a failover): the heartbeat rebuilds it from the row.
+    token, plaintext = token_committed
+    node = APIClient()
+    node.credentials(HTTP_AUTHORIZATION=f"Bearer {plaintext}")
+    node_id = node.post("/internal/v1/nodes/register", registration(), format="json").json()[
         "node_id"
     ]
-    other = APIClient()
-    other.credentials(HTTP_AUTHORIZATION=f"Bearer {make_node_token('other')[1]}")
-    response = other.post(
-        f"/internal/v1/nodes/{node_id}/heartbeat", {"status": "down"}, format="json"
-    )
-    assert response.status_code == 404
-    assert Node.objects.get(id=node_id).status == NodeStatus.UP
+    sync_redis().delete(fleet_key(), node_token_key(token.token_id))
+    status, _, body = call_heartbeat(node_id, b'{"status": "up"}', token=plaintext)
+    assert (status, body) == (200, {"node_id": node_id, "status": "up"})
+    assert live_state(node_id).name == "unit-node-1"

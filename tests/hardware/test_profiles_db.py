@@ -6,6 +6,7 @@ from io import StringIO
 
 import pytest
 import yaml
+from asgiref.sync import async_to_sync
 from django.contrib.admin.sites import site
 from django.core.management import CommandError, call_command
 from django.test import RequestFactory
@@ -20,7 +21,7 @@ from apps.hardware.services import (
     node_register,
     node_token_authenticate,
 )
-from dmxplatform.redis_client import sync_redis
+from dmxplatform.redis_client import async_redis, sync_redis
 from inference.hardware.detection import get_gpu_info
 from inference.hardware.profiles import PROFILES_DIR, load_profiles
 from inference.wire import Heartbeat, Registration
@@ -188,5 +189,7 @@ def test_registration_links_the_profile_and_prices_the_node_from_the_database(re
     node, snapshot = registered()
     assert snapshot.hourly_price_usd == 20.0  # 8 GPUs at the operator's 2.50
     heartbeat = Heartbeat(status="up", resources=registered.view)
-    after = node_heartbeat_record(token=registered.token, node_id=node.id, heartbeat=heartbeat)
+    after = async_to_sync(node_heartbeat_record)(
+        redis=async_redis(), token=registered.token, node_id=node.id, heartbeat=heartbeat
+    )
     assert after.hourly_price_usd == 20.0 and after.temperature_c > 0

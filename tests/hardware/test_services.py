@@ -5,7 +5,7 @@ import pytest
 from apps.hardware.choices import NodeStatus
 from apps.hardware.fleet import NodeSnapshot, fleet_key
 from apps.hardware.models import Node
-from apps.hardware.services import node_register, node_token_authenticate, nodes_mark_stale
+from apps.hardware.services import node_register, node_token_authenticate, nodes_sync
 from dmxplatform.errors import AuthenticationError
 from dmxplatform.redis_client import sync_redis
 from inference.wire import Registration
@@ -49,14 +49,14 @@ def test_silent_nodes_are_marked_down_in_redis_and_the_database(
     )
     client.hset(fleet_key(), str(silent.id), aged.encode())
 
-    assert nodes_mark_stale() == 1
+    assert nodes_sync() == 1
 
     silent.refresh_from_db()
     fresh.refresh_from_db()
     assert (silent.status, fresh.status) == (NodeStatus.DOWN, NodeStatus.UP)
     assert NodeSnapshot.decode(client.hget(fleet_key(), str(silent.id))).status == NodeStatus.DOWN
     assert NodeSnapshot.decode(client.hget(fleet_key(), str(fresh.id))).status == NodeStatus.UP
-    assert nodes_mark_stale() == 0  # already down: nothing to do
+    assert nodes_sync() == 0  # already down: nothing to do
 
 
 def test_node_tokens_authenticate_from_redis_without_the_database(

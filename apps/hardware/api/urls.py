@@ -4,6 +4,5 @@ from apps.hardware.api import views
 
 urlpatterns = [
     path("nodes/register", views.NodeRegisterView.as_view(), name="node-register"),
-    path("nodes/<int:node_id>/heartbeat", views.NodeHeartbeatView.as_view(), name="node-heartbeat"),
     path("tokenizers/<str:sha256>", views.TokenizerUploadView.as_view(), name="tokenizer-upload"),
 ]

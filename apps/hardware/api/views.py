@@ -1,4 +1,8 @@
-"""The node protocol's platform side: registration and heartbeats (see inference/wire.py)."""
+"""The node protocol's platform side: registration and tokenizer uploads (inference/wire.py).
+
+Heartbeats, which every node sends every few seconds, are served outside Django
+(apps.hardware.consumers).
+"""
 
 from __future__ import annotations
 
@@ -12,11 +16,10 @@ from rest_framework.views import APIView
 
 from apps.hardware.api.authentication import NodeTokenAuthentication
 from apps.hardware.errors import HardwareErrorCode
-from apps.hardware.services import node_heartbeat_record, node_register
+from apps.hardware.services import node_register
 from apps.models.services import tokenizer_store
 from dmxplatform.errors import InvalidRequestError
 from inference.wire import (
-    Heartbeat,
     Message,
     Registration,
     RegistrationAccepted,
@@ -57,13 +60,6 @@ class NodeRegisterView(NodeApiView):
             tokenizer_wanted=tokenizer_wanted,
         )
         return Response(accepted.to_dict(), status=201)
-
-
-class NodeHeartbeatView(NodeApiView):
-    def post(self, request: Request, node_id: int) -> Response:
-        heartbeat = self.parse(Heartbeat, request)
-        snapshot = node_heartbeat_record(token=request.auth, node_id=node_id, heartbeat=heartbeat)
-        return Response({"node_id": snapshot.id, "status": snapshot.status})
 
 
 class TokenizerUploadView(NodeApiView):

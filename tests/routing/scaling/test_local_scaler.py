@@ -14,6 +14,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -181,5 +182,9 @@ def test_breach_starts_a_worker_that_serves_and_calm_stops_it(platform, scaled):
         os.kill(replica.pid, 0)
     snapshot = _snapshot(replica.node_name)
     assert snapshot is not None and snapshot.status == NodeStatus.DOWN, "it reported itself down"
-    assert Node.objects.get(name=replica.node_name).status == NodeStatus.DOWN
+    stack.wait_for(  # the row follows the live state on Celery's next node sync
+        lambda: Node.objects.get(name=replica.node_name).status == NodeStatus.DOWN,
+        timeout=settings.DMX_NODE_STALE_CHECK_SECONDS + 2,
+        what="the Node row to follow",
+    )
     stack.wait_for(lambda: not _listed(platform), timeout=30, what="the gateway to drop the model")

@@ -1,4 +1,4 @@
-"""Plain ASGI reading and writing for the gateway's endpoints."""
+"""Plain ASGI reading and writing, for the endpoints served outside Django (dmxplatform.asgi)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ from typing import Any
 
 import orjson
 
-from apps.gateway.errors import RequestTooLargeError
-from dmxplatform.errors import ApplicationError
+from dmxplatform.errors import ApplicationError, MethodNotAllowedError, RequestTooLargeError
 
 JSON = b"application/json"
 EVENT_STREAM = b"text/event-stream"
@@ -58,6 +57,11 @@ async def send_json(send: Any, status: int, body: bytes, headers: Headers) -> No
 async def send_error(send: Any, error: ApplicationError, headers: Headers) -> None:
     extra = [(name.lower().encode(), value.encode()) for name, value in error.headers.items()]
     await send_json(send, error.status, error.to_json(), [*headers, *extra])
+
+
+async def send_method_not_allowed(send: Any, allowed: str, headers: Headers) -> None:
+    error = MethodNotAllowedError(f"Method not allowed; use {allowed}.", headers={"Allow": allowed})
+    await send_error(send, error, headers)
 
 
 def dumps(value: Any) -> bytes:

@@ -1,0 +1,103 @@
+"""POST /internal/v1/nodes/{id}/heartbeat as plain ASGI, served by the gateway processes.
+
+Every node sends one every DMX_HEARTBEAT_SECONDS to the processes that serve /v1. Through
+Django and DRF a heartbeat cost about 7 ms of CPU in a thread (handler, content negotiation, a
+database UPDATE and commit) and held the GIL against the event loop while it ran; here it is a
+token check and a Redis read and write on the loop, and the Node rows catch up in one
+transaction (nodes_sync). Registration and tokenizer uploads, rare, stay DRF views.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import orjson
+import redis.asyncio as aioredis
+from django.db import DatabaseError
+from redis.exceptions import RedisError
+
+from apps.hardware.errors import HardwareErrorCode
+from apps.hardware.fleet import NodeSnapshot
+from apps.hardware.services import node_heartbeat_record, node_token_authenticate_async
+from dmxplatform.errors import (
+    ApplicationError,
+    AuthenticationError,
+    InvalidRequestError,
+    ServiceUnavailableError,
+)
+from dmxplatform.redis_client import async_redis
+from dmxplatform.responses import (
+    Headers,
+    dumps,
+    header,
+    read_body,
+    send_error,
+    send_json,
+    send_method_not_allowed,
+)
+from inference.wire import Heartbeat, WireError
+
+logger = logging.getLogger(__name__)
+
+# A heartbeat is an engine load and a GPU view: a few KB for eight GPUs.
+MAX_HEARTBEAT_BYTES = 256 * 1024
+# What DRF answers on the node API without credentials, so workers see one contract.
+NOT_AUTHENTICATED = "not_authenticated"
+CHALLENGE: Headers = [(b"www-authenticate", b'Bearer realm="dmx-nodes"')]
+
+
+class NodeHeartbeatEndpoint:
+    def __init__(self) -> None:
+        self._redis: aioredis.Redis | None = None  # made on the serving event loop
+
+    async def __call__(self, scope: dict[str, Any], receive, send) -> None:
+        if scope["method"] != "POST":
+            await send_method_not_allowed(send, "POST", [])
+            return
+        try:
+            if self._redis is None:
+                self._redis = async_redis()
+            snapshot = await self._record(scope, receive)
+        except ApplicationError as error:
+            extra = CHALLENGE if isinstance(error, AuthenticationError) else []
+            await send_error(send, error, extra)
+            return
+        except (RedisError, OSError, DatabaseError) as exc:
+            logger.warning("heartbeat not stored: %s", exc)
+            error = ServiceUnavailableError("The platform cannot store heartbeats right now.")
+            await send_error(send, error, [])
+            return
+        except Exception:
+            logger.exception("heartbeat failed")
+            error = ApplicationError("The server had an error while storing the heartbeat.")
+            await send_error(send, error, [])
+            return
+        body = dumps({"node_id": snapshot.id, "status": snapshot.status})
+        await send_json(send, 200, body, [])
+
+    async def _record(self, scope: dict[str, Any], receive) -> NodeSnapshot:
+        scheme, _, credential = (header(scope, b"authorization") or b"").decode().partition(" ")
+        if scheme.lower() != "bearer" or not credential.strip():
+            raise AuthenticationError(
+                "A node token is required: Authorization: Bearer dmx-node-…",
+                code=NOT_AUTHENTICATED,
+            )
+        token = await node_token_authenticate_async(redis=self._redis, plaintext=credential.strip())
+        body = await read_body(receive, MAX_HEARTBEAT_BYTES)
+        try:
+            heartbeat = Heartbeat.from_dict(orjson.loads(body))
+        except orjson.JSONDecodeError as exc:
+            raise InvalidRequestError(
+                f"The body is not valid JSON: {exc}", code=HardwareErrorCode.INVALID_PAYLOAD
+            ) from exc
+        except WireError as exc:
+            raise InvalidRequestError(
+                exc.message, param=exc.field, code=HardwareErrorCode.INVALID_PAYLOAD
+            ) from exc
+        return await node_heartbeat_record(
+            redis=self._redis,
+            token=token,
+            node_id=scope["url_route"]["kwargs"]["node_id"],
+            heartbeat=heartbeat,
+        )
