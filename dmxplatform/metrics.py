@@ -17,3 +17,9 @@ gateway_tokens = Counter(
     "Tokens served through the gateway, by model and kind (prompt or completion).",
     ["model", "kind"],
 )
+
+node_heartbeats = Counter(
+    "dmx_node_heartbeats_total",
+    "Node heartbeats this process answered, by HTTP status (401: a bad or revoked token).",
+    ["status"],
+)

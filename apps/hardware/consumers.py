@@ -20,6 +20,7 @@ from redis.exceptions import RedisError
 from apps.hardware.errors import HardwareErrorCode
 from apps.hardware.fleet import NodeSnapshot
 from apps.hardware.services import node_heartbeat_record, node_token_authenticate_async
+from dmxplatform import metrics
 from dmxplatform.errors import (
     ApplicationError,
     AuthenticationError,
@@ -60,21 +61,26 @@ class NodeHeartbeatEndpoint:
                 self._redis = async_redis()
             snapshot = await self._record(scope, receive)
         except ApplicationError as error:
-            extra = CHALLENGE if isinstance(error, AuthenticationError) else []
-            await send_error(send, error, extra)
-            return
+            await self._refuse(send, error)
         except (RedisError, OSError, DatabaseError) as exc:
             logger.warning("heartbeat not stored: %s", exc)
-            error = ServiceUnavailableError("The platform cannot store heartbeats right now.")
-            await send_error(send, error, [])
-            return
+            await self._refuse(
+                send, ServiceUnavailableError("The platform cannot store heartbeats right now.")
+            )
         except Exception:
             logger.exception("heartbeat failed")
-            error = ApplicationError("The server had an error while storing the heartbeat.")
-            await send_error(send, error, [])
-            return
-        body = dumps({"node_id": snapshot.id, "status": snapshot.status})
-        await send_json(send, 200, body, [])
+            await self._refuse(
+                send, ApplicationError("The server had an error while storing the heartbeat.")
+            )
+        else:
+            metrics.node_heartbeats.labels("200").inc()
+            body = dumps({"node_id": snapshot.id, "status": snapshot.status})
+            await send_json(send, 200, body, [])
+
+    @staticmethod
+    async def _refuse(send, error: ApplicationError) -> None:
+        metrics.node_heartbeats.labels(str(error.status)).inc()
+        await send_error(send, error, CHALLENGE if isinstance(error, AuthenticationError) else [])
 
     async def _record(self, scope: dict[str, Any], receive) -> NodeSnapshot:
         scheme, _, credential = (header(scope, b"authorization") or b"").decode().partition(" ")

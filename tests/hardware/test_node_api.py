@@ -4,6 +4,7 @@ their ASGI endpoint (the e2e suite runs real workers against a real gateway)."""
 import orjson
 import pytest
 from asgiref.sync import async_to_sync
+from prometheus_client import REGISTRY
 from rest_framework.test import APIClient
 
 from apps.hardware.choices import NodeStatus
@@ -207,10 +208,18 @@ def test_a_token_cannot_report_for_another_tokens_node(
     assert live_state(registered).status == NodeStatus.UP
 
 
-def test_heartbeat_requires_a_node_token(registered):
+def heartbeats_counted(status: int) -> float:
+    return REGISTRY.get_sample_value("dmx_node_heartbeats_total", {"status": str(status)}) or 0.0
+
+
+def test_heartbeat_requires_a_node_token(registered, token):
+    refused, accepted = heartbeats_counted(401), heartbeats_counted(200)
     status, headers, body = call_heartbeat(registered, b'{"status": "up"}', token=None)
     assert (status, body["error"]["code"]) == (401, "not_authenticated")
     assert headers[b"www-authenticate"] == b'Bearer realm="dmx-nodes"'
+    assert call_heartbeat(registered, b'{"status": "up"}', token=token)[0] == 200
+    # Operators see refused heartbeats (a revoked token) at /metrics.
+    assert (heartbeats_counted(401), heartbeats_counted(200)) == (refused + 1, accepted + 1)
 
 
 # An unknown token id is looked up in the database, from a thread with its own connection.
