@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import orjson
+
 from apps.keys.choices import QuotaPeriod
 from apps.keys.keycache import KeyRecord, Limits
 from apps.keys.signing import REPLAY_TTL_SECONDS
@@ -228,15 +230,13 @@ _SPEC_CACHE = 4096
 
 
 @functools.lru_cache(maxsize=_SPEC_CACHE)
-def _admit_spec(rules: tuple[Rule, ...]) -> tuple[list[str], str]:
-    costs = {Meter.TOKENS: "t", Meter.QUOTA: "t", Meter.NONCE: "0"}
-    spec = ";".join(
-        f"{rule.kind} {costs.get(rule.meter, '1')} {rule.limit!r} {rule.param!r}" for rule in rules
-    )
-    return [rule.key for rule in rules], spec
+def _admit_spec(rules: tuple[Rule, ...]) -> tuple[list[str], bytes]:
+    costs = {Meter.TOKENS: "t", Meter.QUOTA: "t", Meter.NONCE: 0}
+    spec = [[rule.kind, costs.get(rule.meter, 1), rule.limit, rule.param] for rule in rules]
+    return [rule.key for rule in rules], orjson.dumps(spec)
 
 
 @functools.lru_cache(maxsize=_SPEC_CACHE)
-def _settle_spec(rules: tuple[Rule, ...]) -> tuple[list[str], str]:
-    spec = ";".join(f"{rule.settle_kind} {rule.limit!r} {rule.param!r}" for rule in rules)
-    return [rule.key for rule in rules], spec
+def _settle_spec(rules: tuple[Rule, ...]) -> tuple[list[str], bytes]:
+    spec = [[rule.settle_kind, rule.limit, rule.param] for rule in rules]
+    return [rule.key for rule in rules], orjson.dumps(spec)

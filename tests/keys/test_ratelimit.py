@@ -101,6 +101,27 @@ def test_concurrency_slots_are_freed_by_settle():
     assert results[2].failed.meter == Meter.CONCURRENCY
 
 
+def test_a_slot_whose_request_never_settled_is_reclaimed_once_the_set_is_full():
+    # A gateway died mid-request: its slot stays until SLOT_LEASE_MS, then makes room.
+    record = key(key_limits=Limits(max_concurrent_requests=2))
+    (rule,) = [r for r in rules_for(record, model="m") if r.meter == Meter.CONCURRENCY]
+    sync_redis().zadd(rule.key, {"req_dead": 1})  # its lease ran out long ago
+    sync_redis().zadd(rule.key, {"req_live": 2**50})
+
+    results = admit_many(record, 2, tokens=1)
+    assert [r.admitted for r in results] == [True, False]
+    assert sync_redis().zscore(rule.key, "req_dead") is None
+
+
+def test_a_quota_counter_expires_after_its_period():
+    record = key(quotas=(Quota(scope="key", period="hour", model="", tokens=1000),))
+    (rule,) = [r for r in rules_for(record, model="m") if r.meter == Meter.QUOTA]
+    admit_many(record, 2, tokens=10)
+    assert sync_redis().get(rule.key) == b"20"
+    # The period's end plus a day's grace, set on the first write and kept by the next.
+    assert 86_400_000 < sync_redis().pttl(rule.key) <= rule.param
+
+
 def test_settle_refunds_tokens_and_appends_the_usage_event():
     record = key(
         tenant_limits=Limits(tokens_per_minute=1000),

@@ -4,8 +4,8 @@
 -- KEYS[n + 1 ..] durable streams (dmxplatform.streams) to append to
 -- ARGV[1]        the request id
 -- ARGV[2]        tokens to give back: reserved minus used (negative when it used more)
--- ARGV[3]        the rules, ";"-separated, each "kind limit param" (as in admit.lua, with
---                kind "rt" for a token bucket, whose tokens are refunded)
+-- ARGV[3]        the rules as JSON, [[kind, limit, param], ...] (as in admit.lua, with kind
+--                "rt" for a token bucket, whose tokens are refunded)
 -- ARGV[4 ..]     one payload per stream, in KEYS order
 -- Token buckets and quotas get the difference back; concurrency slots are freed. Request
 -- buckets are never refunded: the request happened.
@@ -13,13 +13,12 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local member = ARGV[1]
 local refund = tonumber(ARGV[2])
-local rules = 0
+local specs = cjson.decode(ARGV[3])
+local rules = #specs
 
-for kind, limit, param in string.gmatch(ARGV[3], '([^;%s]+) ([^;%s]+) ([^;%s]+)') do
-  rules = rules + 1
-  local key = KEYS[rules]
-  limit = tonumber(limit)
-  param = tonumber(param)
+for i = 1, rules do
+  local kind, limit, param = specs[i][1], specs[i][2], specs[i][3]
+  local key = KEYS[i]
   if kind == 'rt' and refund ~= 0 then
     local stored = redis.call('HMGET', key, 'v', 't')
     if stored[1] then

@@ -1,0 +1,97 @@
+"""Redis time per request for the admission and settle scripts, with the benchmark key's rules.
+
+    .venv/bin/python bench/limits.py [--requests 3000]
+
+The key bench/run.py uses has a plan and key limits on requests, tokens and concurrency and a
+quota on each: eight rules. Each request is admitted, then settled with a usage event of a
+typical size, as the gateway does; the time is Redis's own (INFO commandstats), so the figure
+is what one Redis core spends per request, whatever the client and the network add.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dmxplatform.settings")
+os.environ.setdefault("DMX_DEBUG", "1")
+os.environ.setdefault("DJANGO_SECRET_KEY", "bench")
+os.environ.setdefault("DMX_KEY_PEPPER", "bench-pepper")
+os.environ.setdefault("DMX_REDIS_PREFIX", "dmxbench-limits")
+
+UNREACHABLE = 10**9  # as bench/setup_platform.py: checked on every request, never refusing
+USAGE_EVENT = b"x" * 640  # a usage record as the gateway encodes it is about this size
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=3000)
+    parser.add_argument("--redis-db", type=int, default=12)
+    args = parser.parse_args()
+    os.environ.setdefault("REDIS_URL", f"redis://127.0.0.1:6379/{args.redis_db}")
+
+    import django
+
+    django.setup()
+    from apps.keys.keycache import Limits, Quota
+    from apps.keys.ratelimit import _LUA, _admit_spec, _settle_spec, rules_for
+    from dmxplatform.redis_client import rkey, sync_redis
+    from tests.keys.factories import make_key_record
+
+    limits = Limits(
+        requests_per_minute=UNREACHABLE,
+        tokens_per_minute=UNREACHABLE,
+        max_concurrent_requests=UNREACHABLE,
+    )
+    record = make_key_record(
+        tenant_limits=limits,
+        key_limits=limits,
+        quotas=(
+            Quota(scope="tenant", period="month", model="", tokens=UNREACHABLE),
+            Quota(scope="key", period="day", model="", tokens=UNREACHABLE),
+        ),
+    )
+    rules = rules_for(record, model="bench-model")
+    admit_keys, admit_spec = _admit_spec(rules)
+    settle_keys, settle_spec = _settle_spec(rules)
+    redis = sync_redis()
+    admit = redis.script_load((_LUA / "admit.lua").read_text())
+    settle = redis.script_load((_LUA / "settle.lua").read_text())
+    stream = rkey("bench", "usage")
+
+    def redis_usec() -> int:
+        return redis.info("commandstats")["cmdstat_evalsha"]["usec"]
+
+    admit_usec = settle_usec = 0
+    try:
+        for i in range(args.requests):
+            request_id = f"req_{i}"
+            before = redis_usec()
+            redis.evalsha(admit, len(admit_keys), *admit_keys, request_id, 300, admit_spec)
+            middle = redis_usec()
+            redis.evalsha(
+                settle,
+                len(settle_keys) + 1,
+                *settle_keys,
+                stream,
+                request_id,
+                280,
+                settle_spec,
+                USAGE_EVENT,
+            )
+            admit_usec += middle - before
+            settle_usec += redis_usec() - middle
+    finally:
+        for key in redis.scan_iter(rkey("*")):
+            redis.delete(key)
+    print(
+        f"{len(rules)} rules, {args.requests} requests: Redis time per admit "
+        f"{admit_usec / args.requests:.1f} µs, per settle {settle_usec / args.requests:.1f} µs"
+    )
+
+
+if __name__ == "__main__":
+    main()
