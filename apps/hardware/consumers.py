@@ -41,7 +41,8 @@ from inference.wire import Heartbeat, WireError
 
 logger = logging.getLogger(__name__)
 
-# A heartbeat is an engine load and a GPU view: a few KB for eight GPUs.
+# A heartbeat is an engine load and a GPU view: 21 KB for eight H100s, so this leaves room
+# for the largest nodes and refuses a body no worker sends.
 MAX_HEARTBEAT_BYTES = 256 * 1024
 # What DRF answers on the node API without credentials, so workers see one contract.
 NOT_AUTHENTICATED = "not_authenticated"
