@@ -1,6 +1,8 @@
 import dataclasses
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from apps.hardware.choices import NodeStatus
 from apps.hardware.fleet import NodeSnapshot, fleet_key
@@ -57,6 +59,26 @@ def test_silent_nodes_are_marked_down_in_redis_and_the_database(
     assert NodeSnapshot.decode(client.hget(fleet_key(), str(silent.id))).status == NodeStatus.DOWN
     assert NodeSnapshot.decode(client.hget(fleet_key(), str(fresh.id))).status == NodeStatus.UP
     assert nodes_sync() == 0  # already down: nothing to do
+
+
+def test_sync_writes_only_the_rows_whose_live_state_moved(django_capture_on_commit_callbacks):
+    quiet = register("unit-quiet", django_capture_on_commit_callbacks)
+    busy = register("unit-busy", django_capture_on_commit_callbacks)
+    client = sync_redis()
+    old = NodeSnapshot.decode(client.hget(fleet_key(), str(busy.id)))
+    moved = dataclasses.replace(old, heartbeat_at=old.heartbeat_at + 1, num_requests_running=5)
+    client.hset(fleet_key(), str(busy.id), moved.encode())
+
+    with CaptureQueriesContext(connection) as queries:
+        assert nodes_sync() == 0
+    updates = [q["sql"] for q in queries.captured_queries if q["sql"].startswith("UPDATE")]
+    assert len(updates) == 1 and f'"id" = {busy.id}' in updates[0]
+    busy.refresh_from_db()
+    quiet.refresh_from_db()
+    assert (busy.num_requests_running, quiet.num_requests_running) == (5, 0)
+    with CaptureQueriesContext(connection) as queries:
+        nodes_sync()  # nothing moved since
+    assert not [q for q in queries.captured_queries if q["sql"].startswith("UPDATE")]
 
 
 def test_node_tokens_authenticate_from_redis_without_the_database(
