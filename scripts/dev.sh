@@ -69,6 +69,9 @@ cleanup() {
   done
 }
 trap cleanup EXIT INT TERM
+# Each child in a process group of its own: a terminal's Ctrl-C then reaches only this script,
+# whose cleanup stops the worker while the gateway still takes its last heartbeat.
+set -m
 
 echo "==> starting the gateway on http://$GATEWAY_HOST:$GATEWAY_PORT"
 .venv/bin/uvicorn dmxplatform.asgi:application --host "$GATEWAY_HOST" --port "$GATEWAY_PORT" \
