@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -227,16 +228,37 @@ class Limiter:
 
 # A rule set's keys and specs are the same for every request of a key, model and hour: made once.
 _SPEC_CACHE = 4096
+_ADMIT_COSTS = {Meter.TOKENS: "t", Meter.QUOTA: "t", Meter.NONCE: 0}
 
 
-@functools.lru_cache(maxsize=_SPEC_CACHE)
+def _admit_row(rule: Rule) -> list:
+    return [rule.kind, _ADMIT_COSTS.get(rule.meter, 1), rule.limit, rule.param]
+
+
+def _settle_row(rule: Rule) -> list:
+    return [rule.settle_kind, rule.limit, rule.param]
+
+
 def _admit_spec(rules: tuple[Rule, ...]) -> tuple[list[str], bytes]:
-    costs = {Meter.TOKENS: "t", Meter.QUOTA: "t", Meter.NONCE: 0}
-    spec = [[rule.kind, costs.get(rule.meter, 1), rule.limit, rule.param] for rule in rules]
-    return [rule.key for rule in rules], orjson.dumps(spec)
+    return _spec(rules, _admit_row)
+
+
+def _settle_spec(rules: tuple[Rule, ...]) -> tuple[list[str], bytes]:
+    return _spec(rules, _settle_row)
+
+
+def _spec(rules: tuple[Rule, ...], row: Callable[[Rule], list]) -> tuple[list[str], bytes]:
+    """The scripts' keys and JSON rules. A signed request's nonce rule (always last) is new
+    every time: the rest comes from the cache and the nonce is appended, so signed traffic
+    neither misses the cache nor evicts the entries of every other key."""
+    if not rules or rules[-1].meter != Meter.NONCE:
+        return _cached_spec(rules, row)
+    keys, spec = _cached_spec(rules[:-1], row)
+    nonce = rules[-1]
+    joined = spec[:-1] + (b"," if len(rules) > 1 else b"") + orjson.dumps(row(nonce)) + b"]"
+    return [*keys, nonce.key], joined
 
 
 @functools.lru_cache(maxsize=_SPEC_CACHE)
-def _settle_spec(rules: tuple[Rule, ...]) -> tuple[list[str], bytes]:
-    spec = [[rule.settle_kind, rule.limit, rule.param] for rule in rules]
-    return [rule.key for rule in rules], orjson.dumps(spec)
+def _cached_spec(rules: tuple[Rule, ...], row: Callable[[Rule], list]) -> tuple[list[str], bytes]:
+    return [rule.key for rule in rules], orjson.dumps([row(rule) for rule in rules])

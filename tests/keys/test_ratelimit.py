@@ -2,11 +2,24 @@
 
 from datetime import UTC, datetime
 
+import orjson
 import pytest
 
 from apps.keys import ledger
 from apps.keys.keycache import KeyRecord, Limits, Quota
-from apps.keys.ratelimit import Limiter, Meter, format_duration, period_bounds, rules_for
+from apps.keys.ratelimit import (
+    Limiter,
+    Meter,
+    _admit_row,
+    _admit_spec,
+    _cached_spec,
+    _settle_row,
+    _settle_spec,
+    format_duration,
+    period_bounds,
+    rules_for,
+)
+from apps.keys.signing import REPLAY_TTL_SECONDS
 from dmxplatform import streams
 from dmxplatform.redis_client import sync_redis
 from tests.keys.factories import make_key_record, run_with_redis
@@ -179,6 +192,23 @@ def test_a_signature_is_accepted_once():
     first, again, other = run(scenario)
     assert first.admitted and other.admitted
     assert not again.admitted and again.failed.meter == Meter.NONCE
+
+
+def test_a_signed_requests_spec_is_the_cached_rules_plus_its_nonce():
+    record = key(
+        tenant_limits=Limits(requests_per_minute=5), key_limits=Limits(tokens_per_minute=100)
+    )
+    cached = _cached_spec.cache_info().currsize
+    for nonce in ("n1", "n2", "n3"):
+        rules = rules_for(record, model="m", nonce=nonce)
+        for spec, row in ((_admit_spec, _admit_row), (_settle_spec, _settle_row)):
+            keys, body = spec(rules)
+            assert keys == [rule.key for rule in rules]
+            assert orjson.loads(body) == [row(rule) for rule in rules]
+    # One entry per script for the key's rules, not one per signed request.
+    assert _cached_spec.cache_info().currsize == cached + 2
+    _, body = _admit_spec(rules_for(key(), model="m", nonce="n4"))  # no limits: the nonce alone
+    assert orjson.loads(body) == [["n", 0, 0, REPLAY_TTL_SECONDS * 1000]]
 
 
 def test_no_limits_no_round_trip():
