@@ -11,18 +11,21 @@ is what one Redis core spends per request, whatever the client and the network a
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench.setup_platform import MODEL, UNREACHABLE
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dmxplatform.settings")
 os.environ.setdefault("DMX_DEBUG", "1")
 os.environ.setdefault("DJANGO_SECRET_KEY", "bench")
 os.environ.setdefault("DMX_KEY_PEPPER", "bench-pepper")
 os.environ.setdefault("DMX_REDIS_PREFIX", "dmxbench-limits")
 
-UNREACHABLE = 10**9  # as bench/setup_platform.py: checked on every request, never refusing
 USAGE_EVENT = b"x" * 640  # a usage record as the gateway encodes it is about this size
 
 
@@ -37,8 +40,8 @@ def main() -> None:
 
     django.setup()
     from apps.keys.keycache import Limits, Quota
-    from apps.keys.ratelimit import _LUA, _admit_spec, _settle_spec, rules_for
-    from dmxplatform.redis_client import rkey, sync_redis
+    from apps.keys.ratelimit import Limiter, rules_for
+    from dmxplatform.redis_client import resp_client, rkey, sync_redis
     from tests.keys.factories import make_key_record
 
     limits = Limits(
@@ -54,36 +57,33 @@ def main() -> None:
             Quota(scope="key", period="day", model="", tokens=UNREACHABLE),
         ),
     )
-    rules = rules_for(record, model="bench-model")
-    admit_keys, admit_spec = _admit_spec(rules)
-    settle_keys, settle_spec = _settle_spec(rules)
+    rules = rules_for(record, model=MODEL)
+    events = [(rkey("bench", "usage"), USAGE_EVENT)]
     redis = sync_redis()
-    admit = redis.script_load((_LUA / "admit.lua").read_text())
-    settle = redis.script_load((_LUA / "settle.lua").read_text())
-    stream = rkey("bench", "usage")
 
     def redis_usec() -> int:
-        return redis.info("commandstats")["cmdstat_evalsha"]["usec"]
+        stats = redis.info("commandstats")
+        return sum(stats.get(f"cmdstat_{name}", {}).get("usec", 0) for name in ("eval", "evalsha"))
 
-    admit_usec = settle_usec = 0
+    async def run() -> tuple[int, int]:
+        # The gateway's own client and scripts; INFO is read between calls, outside their time.
+        client = resp_client()
+        limiter = Limiter(client)
+        admit_usec = settle_usec = 0
+        try:
+            for i in range(args.requests):
+                before = redis_usec()
+                admission = await limiter.admit(f"req_{i}", rules, tokens=300)
+                middle = redis_usec()
+                await limiter.settle(f"req_{i}", admission.rules, refund=20, events=events)
+                admit_usec += middle - before
+                settle_usec += redis_usec() - middle
+        finally:
+            await client.close()
+        return admit_usec, settle_usec
+
     try:
-        for i in range(args.requests):
-            request_id = f"req_{i}"
-            before = redis_usec()
-            redis.evalsha(admit, len(admit_keys), *admit_keys, request_id, 300, admit_spec)
-            middle = redis_usec()
-            redis.evalsha(
-                settle,
-                len(settle_keys) + 1,
-                *settle_keys,
-                stream,
-                request_id,
-                280,
-                settle_spec,
-                USAGE_EVENT,
-            )
-            admit_usec += middle - before
-            settle_usec += redis_usec() - middle
+        admit_usec, settle_usec = asyncio.run(run())
     finally:
         for key in redis.scan_iter(rkey("*")):
             redis.delete(key)
