@@ -5,7 +5,9 @@
 The key bench/run.py uses has a plan and key limits on requests, tokens and concurrency and a
 quota on each: eight rules. Each request is admitted, then settled with a usage event of a
 typical size, as the gateway does; the time is Redis's own (INFO commandstats), so the figure
-is what one Redis core spends per request, whatever the client and the network add.
+is what one Redis core spends per request, whatever the client and the network add. It runs
+twice: every admission in Redis, then with admission leases (apps/keys/leases.py) as a busy key
+gets them, the grants and the final give-back counted as admission time.
 """
 
 from __future__ import annotations
@@ -40,7 +42,9 @@ def main() -> None:
 
     django.setup()
     from apps.keys.keycache import Limits, Quota
-    from apps.keys.ratelimit import Limiter, rules_for
+    from apps.keys.leases import LeaseBook
+    from apps.keys.limiter import Limiter
+    from apps.keys.ratelimit import rules_for
     from dmxplatform.redis_client import resp_client, rkey, sync_redis
     from tests.keys.factories import make_key_record
 
@@ -65,32 +69,39 @@ def main() -> None:
         stats = redis.info("commandstats")
         return sum(stats.get(f"cmdstat_{name}", {}).get("usec", 0) for name in ("eval", "evalsha"))
 
-    async def run() -> tuple[int, int]:
+    async def run(leases: LeaseBook | None) -> tuple[int, int]:
         # The gateway's own client and scripts; INFO is read between calls, outside their time.
         client = resp_client()
-        limiter = Limiter(client)
+        limiter = Limiter(client, leases)
         admit_usec = settle_usec = 0
         try:
             for i in range(args.requests):
                 before = redis_usec()
                 admission = await limiter.admit(f"req_{i}", rules, tokens=300)
                 middle = redis_usec()
-                await limiter.settle(f"req_{i}", admission.rules, refund=20, events=events)
+                await limiter.settle(admission, refund=20, events=events)
                 admit_usec += middle - before
                 settle_usec += redis_usec() - middle
+            before = redis_usec()
+            await limiter.end_leases(everything=True)  # a lease's give-back is admission's cost
+            admit_usec += redis_usec() - before
         finally:
             await client.close()
         return admit_usec, settle_usec
 
-    try:
-        admit_usec, settle_usec = asyncio.run(run())
-    finally:
-        for key in redis.scan_iter(rkey("*")):
-            redis.delete(key)
-    print(
-        f"{len(rules)} rules, {args.requests} requests: Redis time per admit "
-        f"{admit_usec / args.requests:.1f} µs, per settle {settle_usec / args.requests:.1f} µs"
-    )
+    for name, leases in (
+        ("every admission in Redis", None),
+        ("leases of 16 requests", LeaseBook(requests=16, ttl=60.0)),
+    ):
+        try:
+            admit_usec, settle_usec = asyncio.run(run(leases))
+        finally:
+            for key in redis.scan_iter(rkey("*")):
+                redis.delete(key)
+        print(
+            f"{len(rules)} rules, {args.requests} requests, {name}: Redis time per admit "
+            f"{admit_usec / args.requests:.1f} µs, per settle {settle_usec / args.requests:.1f} µs"
+        )
 
 
 if __name__ == "__main__":

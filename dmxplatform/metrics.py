@@ -23,3 +23,10 @@ node_heartbeats = Counter(
     "Node heartbeats this process answered, by HTTP status (401: a bad or revoked token).",
     ["status"],
 )
+
+gateway_admissions = Counter(
+    "dmx_gateway_admissions_total",
+    "Requests admitted against their key's limits, by how: from this process's lease or by a "
+    "Redis round trip (keys without limits are not counted).",
+    ["via"],
+)

@@ -9,7 +9,8 @@ from django.conf import settings
 from apps.gateway.schemas import CompletionRequest
 from apps.keys.errors import KeysErrorCode
 from apps.keys.keycache import KeyRecord
-from apps.keys.ratelimit import Admission, Limiter, Meter, rules_for
+from apps.keys.limiter import Limiter
+from apps.keys.ratelimit import Admission, Meter, rules_for
 from dmxplatform.errors import (
     ApplicationError,
     AuthenticationError,

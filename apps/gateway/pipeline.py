@@ -461,10 +461,9 @@ class CompletionCall:
         decision = self._decision_event(runtime)
         if decision is not None:
             events.append((DECISION_STREAM.key(), decision.encode()))
-        rules = self.admission.rules if self.admission else ()
         try:
             await runtime.limiter.settle(
-                self.request_id, rules, refund=self.reserved - prompt - completion, events=events
+                self.admission, refund=self.reserved - prompt - completion, events=events
             )
         except Exception:
             # Redis is gone mid-request: keep the record in the log, where it can be replayed.

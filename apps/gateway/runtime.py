@@ -26,7 +26,8 @@ from apps.gateway.services import CONTENT_FILTER_VERSION_KEY
 from apps.gateway.upstream_http import HttpPool
 from apps.hardware.fleet import NodeSnapshot, fleet_key
 from apps.keys.keycache import KeyCache, invalidation_channel
-from apps.keys.ratelimit import Limiter
+from apps.keys.leases import LeaseBook
+from apps.keys.limiter import Limiter
 from apps.keys.selectors import key_record_load
 from apps.models.catalog import Catalog
 from apps.models.selectors import catalog_load
@@ -42,6 +43,7 @@ from apps.routing.services import ROUTING_TABLE_VERSION_KEY
 from apps.routing.stats import GatewayStats
 from apps.routing.table import RoutingTable
 from dmxplatform.redis_client import async_redis, resp_client, rkey
+from dmxplatform.resp import RedisUnavailable, RespError
 
 logger = logging.getLogger(__name__)
 
@@ -64,7 +66,13 @@ class GatewayRuntime:
             load=database_sync_to_async(key_record_load),
             ttl=settings.DMX_KEY_CACHE_TTL_SECONDS,
         )
-        self.limiter = Limiter(self.fast_redis)
+        self.limiter = Limiter(
+            self.fast_redis,
+            LeaseBook(
+                requests=settings.DMX_ADMISSION_LEASE_REQUESTS,
+                ttl=settings.DMX_ADMISSION_LEASE_MS / 1000,
+            ),
+        )
         self.content_filter = ContentFilter(())
         self.content_filter_version = -1
         self.routing_table = RoutingTable()
@@ -95,6 +103,8 @@ class GatewayRuntime:
             asyncio.create_task(self._refresh_loop(), name="dmx-state-refresh"),
             asyncio.create_task(self._invalidation_loop(), name="dmx-invalidation"),
         ]
+        if settings.DMX_ADMISSION_LEASE_REQUESTS:
+            self._tasks.append(asyncio.create_task(self._lease_loop(), name="dmx-leases"))
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -104,6 +114,10 @@ class GatewayRuntime:
                 await task
         if self.http is not None:
             await self.http.close()
+        try:
+            await self.limiter.end_leases(everything=True)
+        except (RedisUnavailable, RespError) as exc:
+            logger.warning("leases not given back: %s", exc)
         await self.redis.aclose()
         await self.fast_redis.close()
         await self._listener.aclose()
@@ -164,6 +178,15 @@ class GatewayRuntime:
                 logger.warning("state refresh failed: %s", exc)
             except Exception:
                 logger.exception("state refresh failed")
+
+    async def _lease_loop(self) -> None:
+        """Give back what expired leases left unused, twice per lease lifetime."""
+        while True:
+            await asyncio.sleep(settings.DMX_ADMISSION_LEASE_MS / 2000)
+            try:
+                await self.limiter.end_leases()
+            except (RedisUnavailable, RespError) as exc:
+                logger.warning("leases not given back: %s", exc)
 
     async def _invalidation_loop(self) -> None:
         while True:

@@ -1,4 +1,4 @@
-"""Rate limits, concurrency and token quotas: one Redis round trip to admit, one to settle.
+"""Rate limits, concurrency and token quotas: the rules a request must pass, and the answer.
 
 Every rule of a request (the tenant's plan and the key's own limits, per-minute buckets,
 concurrency slots, period quotas and, for signed requests, the replay nonce) is checked and
@@ -6,27 +6,21 @@ reserved by one Lua script, so limits hold across any number of gateway replicas
 is either admitted with all its reservations or with none. Settling gives back what the
 reservation overestimated, frees the concurrency slot and appends the usage event, again in one
 script, so usage can never be recorded without the limits being settled or the other way round.
+apps/keys/limiter.py runs the scripts (and the leases that let a busy key skip most admissions).
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-
-import orjson
 
 from apps.keys.choices import QuotaPeriod
 from apps.keys.keycache import KeyRecord, Limits
 from apps.keys.signing import REPLAY_TTL_SECONDS
 from dmxplatform.redis_client import rkey
-from dmxplatform.resp import RespClient, Script
 
-_LUA = Path(__file__).parent / "lua"
 MINUTE_MS = 60_000
 # A concurrency slot whose request never settled (a gateway died) is freed after this long.
 SLOT_LEASE_MS = 15 * MINUTE_MS
@@ -66,6 +60,7 @@ class Admission:
     failed: Rule | None = None
     retry_after_ms: int = 0  # -1: the request can never fit (larger than a limit)
     remaining: tuple[tuple[int, int], ...] = ()  # per rule: remaining, ms until full
+    member: str = ""  # the concurrency slot it holds: the request's id or a lease's slot
 
     def headers(self) -> list[tuple[bytes, bytes]]:
         """OpenAI's x-ratelimit-* headers for the tightest request and token buckets."""
@@ -180,85 +175,3 @@ def rules_for(
             Rule(Meter.NONCE, rkey("nonce", key.key_id, nonce), "n", 0, REPLAY_TTL_SECONDS * 1000),
         )
     return rules
-
-
-class Limiter:
-    """The two scripts, run over one gateway process's lean Redis client."""
-
-    def __init__(self, redis: RespClient) -> None:
-        self._redis = redis
-        self._admit = Script((_LUA / "admit.lua").read_text())
-        self._settle = Script((_LUA / "settle.lua").read_text())
-
-    async def admit(self, request_id: str, rules: tuple[Rule, ...], *, tokens: int) -> Admission:
-        """Check and reserve `tokens` against every rule in one round trip."""
-        if not rules:
-            return Admission(admitted=True, rules=rules)
-        keys, spec = _admit_spec(rules)
-        reply = await self._redis.run(self._admit, keys, [request_id, tokens, spec])
-        admitted, failed, retry = int(reply[0]), int(reply[1]), int(reply[2])
-        if not admitted:
-            return Admission(
-                admitted=False, rules=rules, failed=rules[failed - 1], retry_after_ms=retry
-            )
-        states = reply[3:]
-        return Admission(
-            admitted=True,
-            rules=rules,
-            remaining=tuple((int(states[i]), int(states[i + 1])) for i in range(0, len(states), 2)),
-        )
-
-    async def settle(
-        self,
-        request_id: str,
-        rules: tuple[Rule, ...],
-        *,
-        refund: int,
-        events: list[tuple[str, bytes]],
-    ) -> None:
-        """Refund the overestimate, free the slot and append the events (durable stream key,
-        payload), in one round trip."""
-        keys, spec = _settle_spec(rules)
-        await self._redis.run(
-            self._settle,
-            [*keys, *(stream for stream, _ in events)],
-            [request_id, refund, spec, *(payload for _, payload in events)],
-        )
-
-
-# A rule set's keys and specs are the same for every request of a key, model and hour: made once.
-_SPEC_CACHE = 4096
-_ADMIT_COSTS = {Meter.TOKENS: "t", Meter.QUOTA: "t", Meter.NONCE: 0}
-
-
-def _admit_row(rule: Rule) -> list:
-    return [rule.kind, _ADMIT_COSTS.get(rule.meter, 1), rule.limit, rule.param]
-
-
-def _settle_row(rule: Rule) -> list:
-    return [rule.settle_kind, rule.limit, rule.param]
-
-
-def _admit_spec(rules: tuple[Rule, ...]) -> tuple[list[str], bytes]:
-    return _spec(rules, _admit_row)
-
-
-def _settle_spec(rules: tuple[Rule, ...]) -> tuple[list[str], bytes]:
-    return _spec(rules, _settle_row)
-
-
-def _spec(rules: tuple[Rule, ...], row: Callable[[Rule], list]) -> tuple[list[str], bytes]:
-    """The scripts' keys and JSON rules. A signed request's nonce rule (always last) is new
-    every time: the rest comes from the cache and the nonce is appended, so signed traffic
-    neither misses the cache nor evicts the entries of every other key."""
-    if not rules or rules[-1].meter != Meter.NONCE:
-        return _cached_spec(rules, row)
-    keys, spec = _cached_spec(rules[:-1], row)
-    nonce = rules[-1]
-    joined = spec[:-1] + (b"," if len(rules) > 1 else b"") + orjson.dumps(row(nonce)) + b"]"
-    return [*keys, nonce.key], joined
-
-
-@functools.lru_cache(maxsize=_SPEC_CACHE)
-def _cached_spec(rules: tuple[Rule, ...], row: Callable[[Rule], list]) -> tuple[list[str], bytes]:
-    return [rule.key for rule in rules], orjson.dumps([row(rule) for rule in rules])

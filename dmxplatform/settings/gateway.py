@@ -24,6 +24,11 @@ DMX_RETRY_AFTER_SECONDS = env_int("DMX_RETRY_AFTER_SECONDS", 2, minimum=1)
 # Completion tokens reserved against limits when a request sets no max_tokens; settling
 # corrects the reservation to what was really generated.
 DMX_DEFAULT_COMPLETION_RESERVE = env_int("DMX_DEFAULT_COMPLETION_RESERVE", 256, minimum=1)
+# Admission leases (apps/keys/leases.py): a gateway process admits a busy key's requests from a
+# share of its limits taken this many requests at a time, kept at most DMX_ADMISSION_LEASE_MS;
+# 0 sends every admission to Redis.
+DMX_ADMISSION_LEASE_REQUESTS = env_int("DMX_ADMISSION_LEASE_REQUESTS", 16, minimum=0)
+DMX_ADMISSION_LEASE_MS = env_int("DMX_ADMISSION_LEASE_MS", 1000, minimum=10)
 # When the nodes serving a model use more than this fraction of their KV cache on average,
 # prompts are held to DMX_CONTEXT_PRESSURE_FACTOR of the model's context.
 DMX_CONTEXT_WATERMARK = env_float("DMX_CONTEXT_WATERMARK", 0.9, minimum=0.0)

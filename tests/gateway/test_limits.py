@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import threading
 import time
 import urllib.parse
@@ -123,6 +124,31 @@ def test_billing_is_exact_for_a_finished_request(platform, committed):
     usage = reply.json()["usage"]
     # Reserved prompt + 9, refunded to what vLLM reports: the quota holds exactly that.
     assert quota_used(key.key_id) == usage["prompt_tokens"] + usage["completion_tokens"]
+
+
+def lease_admissions(gateway_url: str) -> float:
+    """The gateway process's count of requests admitted from its lease (/metrics)."""
+    text = call("GET", gateway_url + "/metrics").body.decode()
+    match = re.search(r'^dmx_gateway_admissions_total\{via="lease"\} (\S+)$', text, re.M)
+    return float(match.group(1)) if match else 0.0
+
+
+def test_a_busy_keys_quota_is_exact_once_its_leases_are_given_back(platform, committed):
+    """A busy key is admitted from leases (apps/keys/leases.py), which count against its quota
+    while held; once they expire and go back, the quota holds exactly what was used."""
+    key, secret = make_api_key(token_quota=10**9, token_quota_period="day")
+    before = lease_admissions(platform.url)
+    replies = [chat(platform.api_url, secret, body(max_tokens=1)) for _ in range(6)]
+    assert [r.status for r in replies] == [200] * 6
+    # The first marks the key busy, the second brings a lease; the rest need no round trip
+    # (unless two cores held a request back past the lease's second).
+    assert lease_admissions(platform.url) > before
+    used = sum(r.json()["usage"]["total_tokens"] for r in replies)
+    wait_for(
+        lambda: quota_used(key.key_id) == used,
+        timeout=10,
+        what=f"the quota to come back to the {used} tokens used",
+    )
 
 
 def test_client_disconnect_charges_what_was_generated(platform, committed):

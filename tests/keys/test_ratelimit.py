@@ -7,18 +7,15 @@ import pytest
 
 from apps.keys import ledger
 from apps.keys.keycache import KeyRecord, Limits, Quota
-from apps.keys.ratelimit import (
+from apps.keys.limiter import (
     Limiter,
-    Meter,
     _admit_row,
     _admit_spec,
     _cached_spec,
     _settle_row,
     _settle_spec,
-    format_duration,
-    period_bounds,
-    rules_for,
 )
+from apps.keys.ratelimit import Meter, format_duration, period_bounds, rules_for
 from apps.keys.signing import REPLAY_TTL_SECONDS
 from dmxplatform import streams
 from dmxplatform.redis_client import sync_redis
@@ -35,6 +32,7 @@ def key(**overrides) -> KeyRecord:
 
 
 def run(scenario):
+    """Without leases (tests/keys/test_leases.py has them): every admission asks Redis."""
     return run_with_redis(lambda redis: scenario(Limiter(redis)))
 
 
@@ -105,7 +103,7 @@ def test_concurrency_slots_are_freed_by_settle():
         first = await limiter.admit("req_1", rules, tokens=1)
         second = await limiter.admit("req_2", rules, tokens=1)
         third = await limiter.admit("req_3", rules, tokens=1)
-        await limiter.settle("req_1", first.rules, refund=0, events=[])
+        await limiter.settle(first, refund=0, events=[])
         fourth = await limiter.admit("req_4", rules, tokens=1)
         return first, second, third, fourth
 
@@ -145,8 +143,7 @@ def test_settle_refunds_tokens_and_appends_the_usage_event():
         rules = rules_for(record, model="m")
         admitted = await limiter.admit("req_a", rules, tokens=400)
         await limiter.settle(
-            "req_a",
-            admitted.rules,
+            admitted,
             refund=400 - 120,
             events=[(ledger.stream_key(), b'{"request_id": "req_a"}')],
         )

@@ -11,18 +11,31 @@
 --   kind 'c' concurrency:   limit = slots, param = ms after which a slot is presumed leaked
 --   kind 'q' period quota:  limit = tokens in the period, param = ttl ms
 --   kind 'n' replay nonce:  param = ttl ms
--- Returns {admitted, failed rule (0 if admitted), retry after ms (-1: never), then for each
--- rule: remaining, ms until full again}. Time is Redis's own, so every gateway agrees on it.
+-- ARGV[4]   requests a lease should hold (0: no lease; apps/keys/leases.py)
+-- ARGV[5]   tokens a lease should hold
+-- ARGV[6]   the lease's id: its concurrency slots are members id:1 .. id:n
+-- ARGV[7]   the fewest requests worth a lease
+-- A lease is taken with the request, from the same buckets, slots and quotas, and is granted
+-- only as far as it takes at most a quarter of what each rule has left after the request, so a
+-- key near a limit is admitted one request at a time.
+-- Returns {admitted, failed rule (0 if admitted), retry after ms (-1: never), lease requests,
+-- lease tokens, then for each rule: remaining, ms until full again}. Time is Redis's own, so
+-- every gateway agrees on it.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local member = ARGV[1]
 local tokens = tonumber(ARGV[2])
 local rules = cjson.decode(ARGV[3])
+local per_token = {}  -- rules whose cost is the reserved tokens (a lease's tokens count there)
 for i = 1, #rules do
-  if rules[i][2] == 't' then rules[i][2] = tokens end
+  if rules[i][2] == 't' then
+    rules[i][2] = tokens
+    per_token[i] = true
+  end
 end
 local count = #rules
 local levels = {}
+local room = {}  -- what each rule has left once this request is admitted
 local expires = {}  -- quota keys without a ttl yet: set it when they are written
 local report = {}
 
@@ -42,6 +55,7 @@ for i = 1, count do
       retry = math.ceil((cost - level) / param)
     end
     remaining = level - cost
+    room[i] = remaining
     reset = math.ceil((limit - math.max(remaining, 0)) / param)
   elseif kind == 'c' then
     local used = redis.call('ZCARD', key)
@@ -56,6 +70,7 @@ for i = 1, count do
       if oldest[2] then retry = math.min(retry, tonumber(oldest[2]) - now) end
     end
     remaining = limit - used - 1
+    room[i] = remaining
   elseif kind == 'q' then
     local used = tonumber(redis.call('GET', key) or '0')
     reset = redis.call('PTTL', key)
@@ -65,33 +80,62 @@ for i = 1, count do
     end
     if used + cost > limit then retry = reset end
     remaining = limit - used - cost
+    room[i] = remaining
   elseif kind == 'n' then
     if redis.call('EXISTS', key) == 1 then retry = 0 end
+    room[i] = 0  -- a nonce is good once: a signed request never comes with a lease
   end
   if retry ~= nil then
-    return {0, i, retry}
+    return {0, i, retry, 0, 0}
   end
   report[#report + 1] = math.max(math.floor(remaining), 0)
   report[#report + 1] = math.max(reset, 0)
 end
 
+local lease_requests = tonumber(ARGV[4]) or 0
+local lease_tokens = 0
+if lease_requests > 0 then
+  lease_tokens = tonumber(ARGV[5])
+  for i = 1, count do
+    local share = math.floor(room[i] / 4)
+    if per_token[i] then
+      lease_tokens = math.min(lease_tokens, share)
+    else
+      lease_requests = math.min(lease_requests, share)
+    end
+  end
+  local least = tonumber(ARGV[7])
+  if lease_requests < least or lease_tokens < least * tokens then
+    lease_requests, lease_tokens = 0, 0
+  end
+end
+local slots = {}  -- score, member pairs for ZADD: the lease's slots, beside the request's
+local lease_id = ARGV[6]
+for j = 1, lease_requests do
+  slots[#slots + 1] = 0
+  slots[#slots + 1] = lease_id .. ':' .. j
+end
+
 for i = 1, count do
   local kind, cost, limit, param = rules[i][1], rules[i][2], rules[i][3], rules[i][4]
   local key = KEYS[i]
+  local leased = lease_requests
+  if per_token[i] then leased = lease_tokens end
   if kind == 'r' then
-    redis.call('HSET', key, 'v', levels[i] - cost, 't', now)
+    redis.call('HSET', key, 'v', levels[i] - cost - leased, 't', now)
     redis.call('PEXPIRE', key, math.ceil(limit / param) + 1000)
   elseif kind == 'c' then
-    redis.call('ZADD', key, now + param, member)
+    for j = 1, #slots, 2 do slots[j] = now + param end
+    redis.call('ZADD', key, now + param, member, unpack(slots))
     redis.call('PEXPIRE', key, param)
   elseif kind == 'q' then
-    redis.call('INCRBY', key, cost)
+    redis.call('INCRBY', key, cost + leased)
     if expires[i] then redis.call('PEXPIRE', key, param) end
   elseif kind == 'n' then
     redis.call('SET', key, 1, 'PX', param)
   end
 end
 
-local result = {1, 0, 0}
+local result = {1, 0, 0, lease_requests, lease_tokens}
 for _, value in ipairs(report) do result[#result + 1] = value end
 return result

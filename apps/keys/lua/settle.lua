@@ -1,41 +1,50 @@
--- Settle a finished request and append its events, atomically, in one round trip.
+-- Give back what a finished request (or an ended lease) did not use, and append events,
+-- atomically, in one round trip.
 --
--- KEYS[1 .. n]   the rule keys the request was admitted with
+-- KEYS[1 .. n]   the rule keys the request or lease was admitted with
 -- KEYS[n + 1 ..] durable streams (dmxplatform.streams) to append to
--- ARGV[1]        the request id
--- ARGV[2]        tokens to give back: reserved minus used (negative when it used more)
+-- ARGV[1]        tokens to give back: reserved minus used (negative when it used more)
+-- ARGV[2]        requests to give back: 0 for a request (it happened), a lease's unused ones
 -- ARGV[3]        the rules as JSON, [[kind, limit, param], ...] (as in admit.lua, with kind
---                "rt" for a token bucket, whose tokens are refunded)
--- ARGV[4 ..]     one payload per stream, in KEYS order
--- Token buckets and quotas get the difference back; concurrency slots are freed. Request
--- buckets are never refunded: the request happened.
+--                "rt" for a token bucket, whose tokens are given back)
+-- ARGV[4]        m, the number of concurrency slot members to free
+-- ARGV[5 .. 4+m] the members: a request's id or lease slot, a lease's unused slots
+-- ARGV[5+m ..]   one payload per stream, in KEYS order
+-- Token buckets and quotas get tokens back, request buckets requests; slots are freed.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local member = ARGV[1]
-local refund = tonumber(ARGV[2])
+local tokens = tonumber(ARGV[1])
+local requests = tonumber(ARGV[2])
 local specs = cjson.decode(ARGV[3])
+local members = tonumber(ARGV[4])
 local rules = #specs
+
+local function refill(key, limit, param, amount)
+  local stored = redis.call('HMGET', key, 'v', 't')
+  if stored[1] then
+    local since = tonumber(stored[2]) or now
+    local level = math.min(limit, tonumber(stored[1]) + math.max(now - since, 0) * param + amount)
+    redis.call('HSET', key, 'v', level, 't', now)
+  end
+end
 
 for i = 1, rules do
   local kind, limit, param = specs[i][1], specs[i][2], specs[i][3]
   local key = KEYS[i]
-  if kind == 'rt' and refund ~= 0 then
-    local stored = redis.call('HMGET', key, 'v', 't')
-    if stored[1] then
-      local since = tonumber(stored[2]) or now
-      local level = math.min(limit, tonumber(stored[1]) + math.max(now - since, 0) * param + refund)
-      redis.call('HSET', key, 'v', level, 't', now)
-    end
-  elseif kind == 'c' then
-    redis.call('ZREM', key, member)
-  elseif kind == 'q' and refund ~= 0 then
+  if kind == 'rt' and tokens ~= 0 then
+    refill(key, limit, param, tokens)
+  elseif kind == 'r' and requests ~= 0 then
+    refill(key, limit, param, requests)
+  elseif kind == 'c' and members > 0 then
+    redis.call('ZREM', key, unpack(ARGV, 5, 4 + members))
+  elseif kind == 'q' and tokens ~= 0 then
     if redis.call('EXISTS', key) == 1 then
-      redis.call('DECRBY', key, refund)
+      redis.call('DECRBY', key, tokens)
     end
   end
 end
 
 for i = rules + 1, #KEYS do
-  redis.call('XADD', KEYS[i], '*', 'e', ARGV[3 + i - rules])
+  redis.call('XADD', KEYS[i], '*', 'e', ARGV[4 + members + i - rules])
 end
 return 1
