@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections import deque
+from collections.abc import Awaitable
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -81,6 +82,7 @@ class _Protocol(asyncio.Protocol):
         self.timeout = timeout
         self._watchdog: asyncio.TimerHandle | None = None
         self._outbox: list[bytes] = []
+        self.scripts: set[bytes] = set()  # loaded on this connection by submit()
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -105,20 +107,31 @@ class _Protocol(asyncio.Protocol):
             if not waiter.done():
                 waiter.set_exception(RedisUnavailable(f"Redis connection lost: {exc}"))
 
-    def send(self, payload: bytes) -> asyncio.Future:
+    def send(self, payload: bytes, *, now: bool = False) -> asyncio.Future:
+        """Queue a command for this loop turn's write, or write it (and what is queued before
+        it) `now`."""
         loop = asyncio.get_running_loop()
         waiter = loop.create_future()
         self.waiters.append((waiter, loop.time() + self.timeout))
-        if not self._outbox:
+        if not self._outbox and not now:
             loop.call_soon(self._flush)
         self._outbox.append(payload)
+        if now:
+            self._flush()
         return waiter
 
     def _flush(self) -> None:
+        if not self._outbox:
+            return  # written early by a send(now=True)
         payload = b"".join(self._outbox)
         self._outbox.clear()
         if not self.closed:
             self.transport.write(payload)
+
+    @property
+    def buffered(self) -> bool:
+        """Whether bytes written are still in this process (the kernel's buffer was full)."""
+        return bool(self.transport.get_write_buffer_size())
 
     def _watch(self) -> None:
         """Every quarter timeout: if the oldest command is overdue, give up on the connection
@@ -189,8 +202,35 @@ class RespClient:
 
     async def run(self, script: Script, keys: list, args: list) -> Any:
         """EVALSHA the script; load it with EVAL when the server does not have it."""
+        protocol = await self._connection()
+        call = pack((b"EVALSHA", script.sha, len(keys), *keys, *args))
+        return await self._script_reply(protocol.send(call), script, keys, args)
+
+    async def submit(self, script: Script, keys: list, args: list) -> Awaitable[Any]:
+        """Run the script like run(), but return as soon as the call is in the kernel's socket
+        buffer (not this process's), with its reply to await later.
+
+        What the kernel holds reaches Redis even if this process dies the next instant; when the
+        kernel's buffer is full, this waits for the reply instead. The script is loaded once per
+        connection first, so a restarted server runs the call as sent; only a SCRIPT FLUSH on a
+        live connection leaves it to the EVAL sent when the reply is awaited."""
+        protocol = await self._connection()
+        if script.sha not in protocol.scripts:
+            await protocol.send(pack((b"SCRIPT", b"LOAD", script.body)))
+            protocol.scripts.add(script.sha)
+        call = pack((b"EVALSHA", script.sha, len(keys), *keys, *args))
+        reply = self._script_reply(protocol.send(call, now=True), script, keys, args)
+        if not protocol.buffered:
+            return reply
+        done = asyncio.get_running_loop().create_future()
+        done.set_result(await reply)
+        return done
+
+    async def _script_reply(
+        self, waiter: asyncio.Future, script: Script, keys: list, args: list
+    ) -> Any:
         try:
-            return await self.execute(b"EVALSHA", script.sha, len(keys), *keys, *args)
+            return await waiter
         except RespError as exc:
             if not str(exc).startswith("NOSCRIPT"):
                 raise

@@ -163,13 +163,23 @@ class Stack:
 
     def start_gateway(self) -> Service:
         """Start one more gateway replica; every replica shares the same Redis and database."""
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
-        argv = gateway_argv(port)
-        gateway = self._add(Service(f"gateway-{len(self.gateways) + 1}", argv, self.env))
-        wait_for(lambda: _http_ok(url + "/health"), timeout=30, what="gateway /health")
+        gateway, url = self.spare_gateway(f"gateway-{len(self.gateways) + 1}")
+        self.services.append(gateway)
         self.gateways.append(url)
         return gateway
+
+    def spare_gateway(self, name: str) -> tuple[Service, str]:
+        """A gateway process the stack does not count as a replica (a test may kill it); the
+        caller stops it."""
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        gateway = Service(name, gateway_argv(port), self.env).start()
+        try:
+            wait_for(lambda: _http_ok(url + "/health"), timeout=30, what=f"{name} /health")
+        except TimeoutError:
+            gateway.stop()
+            raise
+        return gateway, url
 
     def start_celery(self) -> Service:
         return self._add(Service("celery", celery_argv(LOG_DIR / "celerybeat-schedule"), self.env))

@@ -2,13 +2,15 @@
 
 authenticate (key, client network, signature) -> parse -> resolve model -> screen the prompt ->
 classify intent -> count prompt tokens against the context allowed now -> admit against limits
-and quotas (one Redis round trip) -> route and connect -> relay, through the output filter ->
-settle (one Redis round trip: refund, free the slot, append usage).
+and quotas (one Redis round trip, or none from the process's lease) -> route and connect ->
+relay, through the output filter -> settle (one Redis call: refund, free the slot, append usage).
 
-Each stage is timed; the timings go into the usage record with the request id. The usage event
-is appended before the response's last bytes leave, so a response a client received always has
-its record, and a request is billed exactly: prompt and completion tokens as vLLM counted them,
-nothing for a node that failed before the first token, what was generated when a client leaves.
+Each stage is timed; the timings go into the usage record with the request id. The settle call
+with the usage event is in the kernel's socket to Redis before the response's last bytes leave,
+so a response a client received always has its record even if this process dies, and Redis's
+answer is awaited after the response. A request is billed exactly: prompt and completion tokens
+as vLLM counted them, nothing for a node that failed before the first token, what was generated
+when a client leaves.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import functools
 import logging
 import os
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 from django.conf import settings
@@ -127,6 +130,7 @@ class CompletionCall:
         self.first_token_at: float | None = None
         self.response_started = False
         self.settled = False
+        self._settlement: tuple[Awaitable[Any], bytes] | None = None  # submitted, unanswered
 
     def mark(self, stage: str) -> None:
         now = time.perf_counter()
@@ -196,6 +200,7 @@ class CompletionCall:
                 runtime, ApplicationError("The server had an error while processing your request.")
             )
         finally:
+            await self._confirm_settlement()
             metrics.gateway_request_duration.labels(
                 self.endpoint.value,
                 str(self.http_status),
@@ -311,7 +316,7 @@ class CompletionCall:
         self.flags = sorted({*self.flags, *flags})
         if blocked:
             self.outcome = UsageStatus.CONTENT_FILTERED
-        await self._settle(runtime)
+        await self._submit_settlement(runtime)
         await send_json(self.send, 200, data, self.headers)
 
     async def _stream(self, runtime: GatewayRuntime, response: UpstreamResponse) -> None:
@@ -359,7 +364,7 @@ class CompletionCall:
                 if data is None:
                     continue
                 if data == sse.DONE:
-                    await self._settle(runtime)
+                    await self._submit_settlement(runtime)
                     out.append(sse.encode(sse.DONE))
                     continue
                 if data.startswith(b'{"error"'):
@@ -449,7 +454,17 @@ class CompletionCall:
         )
 
     async def _settle(self, runtime: GatewayRuntime | None) -> None:
-        """Refund the reservation's excess and append the usage record; once per request."""
+        """Settle and wait for Redis's answer (where nothing is left to send the client)."""
+        await self._submit_settlement(runtime)
+        await self._confirm_settlement()
+
+    async def _submit_settlement(self, runtime: GatewayRuntime | None) -> None:
+        """Refund the reservation's excess and append the usage record; once per request.
+
+        Returns once the call is in the kernel's socket to Redis (RespClient.submit): the
+        response's last bytes are sent after it, so no crash of this process can lose the
+        record of a response a client got, and Redis's answer is awaited after the response
+        (_confirm_settlement) instead of holding it back a round trip."""
         if self.settled or self.key is None or runtime is None:
             return
         self.settled = True
@@ -457,17 +472,35 @@ class CompletionCall:
         prompt = int(usage.get("prompt_tokens") or 0)
         completion = int(usage.get("completion_tokens") or 0)
         event = self._usage_event(prompt, completion)
-        events = [(USAGE_STREAM.key(), event.encode())]
+        encoded = event.encode()
+        events = [(USAGE_STREAM.key(), encoded)]
         decision = self._decision_event(runtime)
         if decision is not None:
             events.append((DECISION_STREAM.key(), decision.encode()))
         try:
-            await runtime.limiter.settle(
+            reply = await runtime.limiter.submit_settle(
                 self.admission, refund=self.reserved - prompt - completion, events=events
             )
         except Exception:
-            # Redis is gone mid-request: keep the record in the log, where it can be replayed.
-            logger.error("usage-unrecorded %s", event.encode().decode())
+            _unrecorded(encoded)
+        else:
+            self._settlement = (reply, encoded)
         if prompt or completion:
             metrics.gateway_tokens.labels(event.model, "prompt").inc(prompt)
             metrics.gateway_tokens.labels(event.model, "completion").inc(completion)
+
+    async def _confirm_settlement(self) -> None:
+        """Wait for Redis's answer to the settle call, if one is on its way."""
+        if self._settlement is None:
+            return
+        reply, encoded = self._settlement
+        self._settlement = None
+        try:
+            await reply
+        except Exception:
+            _unrecorded(encoded)
+
+
+def _unrecorded(event: bytes) -> None:
+    # Redis is gone mid-request: keep the record in the log, where it can be replayed.
+    logger.error("usage-unrecorded %s", event.decode())

@@ -4,8 +4,9 @@ with the process's admission leases (apps/keys/leases.py) in front of the admit 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -84,10 +85,23 @@ class Limiter:
         """Give back the reservation's overestimate, free the slot and append the events
         (durable stream key, payload), in one round trip; a request never admitted (None) only
         appends its events."""
+        await (await self.submit_settle(admission, refund=refund, events=events))
+
+    async def submit_settle(
+        self,
+        admission: Admission | None,
+        *,
+        refund: int,
+        events: list[tuple[str, bytes]],
+    ) -> Awaitable[Any]:
+        """settle(), returning once the call is on its way to Redis (RespClient.submit), with
+        Redis's answer to await."""
         if admission is None:
-            await self._give_back((), 0, 0, [], events)
+            rules, members = (), []
         else:
-            await self._give_back(admission.rules, refund, 0, [admission.member], events)
+            rules, members = admission.rules, [admission.member]
+        keys, args = _give_back_call(rules, refund, 0, members, events)
+        return await self._redis.submit(self._settle, keys, args)
 
     async def end_leases(self, *, everything: bool = False) -> int:
         """Give back what the ended leases (all of them when `everything`) left unused;
@@ -102,29 +116,23 @@ class Limiter:
         return len(ended)
 
     async def _end(self, lease: Lease) -> None:
-        await self._give_back(lease.rules, lease.tokens, lease.requests, lease.slots, [])
+        keys, args = _give_back_call(lease.rules, lease.tokens, lease.requests, lease.slots, [])
+        await self._redis.run(self._settle, keys, args)
 
-    async def _give_back(
-        self,
-        rules: tuple[Rule, ...],
-        tokens: int,
-        requests: int,
-        members: list[str],
-        events: list[tuple[str, bytes]],
-    ) -> None:
-        keys, spec = _settle_spec(rules)
-        await self._redis.run(
-            self._settle,
-            [*keys, *(stream for stream, _ in events)],
-            [
-                tokens,
-                requests,
-                spec,
-                len(members),
-                *members,
-                *(payload for _, payload in events),
-            ],
-        )
+
+def _give_back_call(
+    rules: tuple[Rule, ...],
+    tokens: int,
+    requests: int,
+    members: list[str],
+    events: list[tuple[str, bytes]],
+) -> tuple[list[str], list]:
+    """settle.lua's keys and arguments (see the script)."""
+    keys, spec = _settle_spec(rules)
+    return (
+        [*keys, *(stream for stream, _ in events)],
+        [tokens, requests, spec, len(members), *members, *(payload for _, payload in events)],
+    )
 
 
 # A rule set's keys and specs are the same for every request of a key, model and hour: made once.

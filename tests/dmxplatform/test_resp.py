@@ -8,6 +8,7 @@ from django.conf import settings
 
 from dmxplatform.redis_client import resp_client, sync_redis
 from dmxplatform.resp import RedisUnavailable, RespClient, RespError, Script, pack
+from tests.stack import wait_for
 
 
 def run(scenario):
@@ -85,3 +86,33 @@ def test_nobody_listening_is_unavailable():
             await client.execute("PING")
 
     run(scenario)
+
+
+def test_a_submitted_script_has_left_the_process_when_submit_returns(key):
+    """What submit hands back is only the reply: the call is already in the kernel, so it runs
+    even when the connection is torn down at once, as in a process that dies then; a script
+    the server has never seen is loaded before, not after (NOSCRIPT would need a second send)."""
+    script = Script(f"-- {uuid.uuid4().hex}\nreturn redis.call('INCRBY', KEYS[1], ARGV[1])")
+
+    async def scenario(client):
+        await client.execute("SET", key, 1)  # connected
+        reply = await client.submit(script, [key], [10])
+        client._protocol.transport.abort()  # nothing in this process is sent after this
+        with pytest.raises(RedisUnavailable):
+            await reply
+
+    run(scenario)
+    wait_for(lambda: sync_redis().get(key) == b"11", timeout=5, what="the submitted call to run")
+
+
+def test_submit_answers_like_run_and_loads_a_missing_script(key):
+    script = Script(f"-- {uuid.uuid4().hex}\nreturn redis.call('INCRBY', KEYS[1], ARGV[1])")
+
+    async def scenario(client):
+        first = await client.submit(script, [key], [5])  # SCRIPT LOAD first
+        second = await client.submit(script, [key], [5])
+        sync_redis().script_flush()  # the connection does not know: NOSCRIPT, then EVAL
+        third = await client.submit(script, [key], [5])
+        return await first, await second, await third
+
+    assert run(scenario) == (5, 10, 15)

@@ -21,7 +21,8 @@ def _own_redis_keys(private_redis):
 
 
 class CountingRedis:
-    """The request path's client, counting the scripts it runs (the Limiter's round trips)."""
+    """The request path's client, counting the admissions and give-backs it runs (settling
+    goes through submit)."""
 
     def __init__(self, redis) -> None:
         self.redis = redis
@@ -30,6 +31,9 @@ class CountingRedis:
     async def run(self, script, keys, args):
         self.calls += 1
         return await self.redis.run(script, keys, args)
+
+    async def submit(self, script, keys, args):
+        return await self.redis.submit(script, keys, args)
 
 
 def limiter_for(redis, *, ttl: float = 60.0) -> Limiter:
