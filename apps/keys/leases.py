@@ -1,13 +1,14 @@
 """Admission leases: a gateway process admits a busy key's requests from a share it took in
 advance, so that most requests skip the admission round trip.
 
-When a rule set (a key's limits for one model) is admitted twice within one sweep period, the
-next Redis admission asks admit.lua for a lease beside the request: requests, tokens and
-concurrency slots taken from the same buckets, quotas and slot sets as any reservation. To
-every other replica a lease is capacity in use, so limits hold across replicas exactly as
-without leases. The process then admits that rule set's requests from the lease, in memory,
-until it runs out or expires; settling is unchanged (each request gives back what it did not use
-and frees its slot, a lease slot being its slot), and an ended lease gives back what is left.
+When a rule set (a key's limits for one model) comes to Redis for admission and was admitted
+since the last sweep, the admission asks admit.lua for a lease beside the request: requests,
+tokens and concurrency slots taken from the same buckets, quotas and slot sets as any
+reservation. To every other replica a lease is capacity in use, so limits hold across replicas
+exactly as without leases. The process then admits that rule set's requests from the lease, in
+memory, until it runs out or expires; settling is unchanged (each request gives back what it did
+not use and frees its slot, a lease slot being its slot), and an ended lease gives back what is
+left.
 
 What it costs: capacity one process leased is unavailable to the others until used or given
 back (at most DMX_ADMISSION_LEASE_MS). admit.lua keeps that small: a lease takes at most a
