@@ -1,7 +1,7 @@
 """The usage buffer: a Redis stream between the gateway and PostgreSQL.
 
-The gateway appends one event per finished request (inside the settle script of
-apps.keys.ratelimit, so no database and no extra round trip on the hot path);
+The gateway appends one event per finished request (inside the settle script that
+apps.keys.limiter runs, so no database and no extra round trip on the hot path);
 `apps.keys.services.usage_flush` moves them into UsageRecord in batches (dmxplatform.streams),
 idempotent on request_id.
 """
