@@ -42,7 +42,7 @@ from apps.gateway.upstream_http import UpstreamConnectionError, UpstreamResponse
 from apps.hardware.fleet import NodeSnapshot
 from apps.keys.choices import UsageStatus
 from apps.keys.keycache import KeyRecord
-from apps.keys.ledger import USAGE_STREAM, UsageEvent
+from apps.keys.ledger import UNRECORDED, USAGE_STREAM, UsageEvent
 from apps.keys.ratelimit import Admission
 from apps.models.catalog import ModelEntry
 from apps.routing.breaker import BreakerState
@@ -502,5 +502,5 @@ class CompletionCall:
 
 
 def _unrecorded(event: bytes) -> None:
-    # Redis is gone mid-request: keep the record in the log, where it can be replayed.
-    logger.error("usage-unrecorded %s", event.decode())
+    # Redis is gone mid-request: keep the record in the log, for `manage.py usage_replay`.
+    logger.error("%s %s", UNRECORDED, event.decode())

@@ -14,6 +14,9 @@ from dmxplatform.records import JsonRecord
 from dmxplatform.streams import DurableStream
 
 USAGE_STREAM = DurableStream(("usage", "stream"))
+# What a gateway logs, before the event's JSON, when Redis failed mid-request and the event could
+# not be appended (apps.gateway.pipeline); `manage.py usage_replay` appends such lines later.
+UNRECORDED = "usage-unrecorded"
 
 
 @dataclass(slots=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
 from django.db import IntegrityError, connection, transaction
@@ -249,6 +250,27 @@ def _usage_store(pairs: list[tuple[bytes, bytes]]) -> list[bytes]:
         except (TypeError, ValueError):
             unreadable.append(entry_id)
     return unreadable + _usage_insert(decoded)
+
+
+def usage_replay(lines: Iterable[str]) -> tuple[int, int]:
+    """Append the usage events gateways could only log (`usage-unrecorded <json>` lines, when
+    Redis failed mid-request) to the usage stream again; returns (appended, unreadable).
+
+    The flush stores each request once, so replaying an event that did arrive is harmless."""
+    events, unreadable = [], 0
+    for line in lines:
+        _, mark, raw = line.partition(ledger.UNRECORDED + " ")
+        if not mark:
+            continue  # any other log line
+        try:
+            events.append(ledger.UsageEvent.decode(raw.strip()))
+        except (ValueError, TypeError):  # orjson's JSONDecodeError is a ValueError
+            unreadable += 1
+    pipe = sync_redis().pipeline(transaction=False)
+    for event in events:
+        pipe.xadd(ledger.stream_key(), {streams.FIELD: event.encode()})
+    pipe.execute()
+    return len(events), unreadable
 
 
 def usage_flush(*, consumer: str = "flusher", batch_size: int = streams.BATCH) -> int:

@@ -1,5 +1,6 @@
 """The usage buffer and its flush, against real Redis and PostgreSQL."""
 
+import io
 import time
 import uuid
 
@@ -106,3 +107,34 @@ def test_a_second_flush_while_one_runs_returns_at_once():
     finally:
         lock.release()
     assert usage_flush() == 1
+
+
+def test_logged_unrecorded_events_are_replayed_once(tmp_path):
+    """A gateway that lost Redis mid-request logged the events; replaying the log stores each
+    request once, also one that did arrive after all, and reports the lines it cannot read."""
+    from django.core.management import call_command
+
+    key, _ = make_api_key()
+    arrived, lost = event(key), event(key, completion_tokens=3)
+    append(arrived)
+    assert usage_flush() == 1
+    log = tmp_path / "gateway.log"
+    log.write_text(
+        "INFO uvicorn started\n"
+        + "".join(
+            f"2026-11-29 20:00:00 ERROR apps.gateway.pipeline {ledger.UNRECORDED} "
+            f"{e.encode().decode()}\n"
+            for e in (arrived, lost)
+        )
+        + f"ERROR apps.gateway.pipeline {ledger.UNRECORDED} {{cut off\n"
+    )
+    out, err = io.StringIO(), io.StringIO()
+    call_command("usage_replay", str(log), stdout=out, stderr=err)
+    assert "appended 2 usage events; 1 lines unreadable" in out.getvalue()
+    assert "skipped" in err.getvalue()
+    usage_flush()
+    rows = UsageRecord.objects.filter(api_key=key).order_by("completion_tokens")
+    assert [(r.request_id, r.completion_tokens) for r in rows] == [
+        (lost.request_id, 3),
+        (arrived.request_id, 7),
+    ]
