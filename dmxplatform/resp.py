@@ -203,8 +203,9 @@ class RespClient:
     async def run(self, script: Script, keys: list, args: list) -> Any:
         """EVALSHA the script; load it with EVAL when the server does not have it."""
         protocol = await self._connection()
-        call = pack((b"EVALSHA", script.sha, len(keys), *keys, *args))
-        return await self._script_reply(protocol.send(call), script, keys, args)
+        return await self._script_reply(
+            protocol.send(_evalsha(script, keys, args)), script, keys, args
+        )
 
     async def submit(self, script: Script, keys: list, args: list) -> Awaitable[Any]:
         """Run the script like run(), but return as soon as the call is in the kernel's socket
@@ -218,8 +219,8 @@ class RespClient:
         if script.sha not in protocol.scripts:
             await protocol.send(pack((b"SCRIPT", b"LOAD", script.body)))
             protocol.scripts.add(script.sha)
-        call = pack((b"EVALSHA", script.sha, len(keys), *keys, *args))
-        reply = self._script_reply(protocol.send(call, now=True), script, keys, args)
+        waiter = protocol.send(_evalsha(script, keys, args), now=True)
+        reply = self._script_reply(waiter, script, keys, args)
         if not protocol.buffered:
             return reply
         done = asyncio.get_running_loop().create_future()
@@ -240,3 +241,7 @@ class RespClient:
         if self._protocol is not None and self._protocol.transport is not None:
             self._protocol.transport.close()
             self._protocol = None
+
+
+def _evalsha(script: Script, keys: list, args: list) -> bytes:
+    return pack((b"EVALSHA", script.sha, len(keys), *keys, *args))
