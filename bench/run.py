@@ -5,6 +5,8 @@
     .venv/bin/python bench/run.py --soak 600 --profile 10   # plus memory soak and profile
     .venv/bin/python bench/run.py --no-vllm --ttft-ms 20 --tpot-ms 5 --results paced
                                              # an upstream paced like a GPU engine
+    .venv/bin/python bench/run.py --litellm  # also LiteLLM's proxy at every point, the yardstick
+                                             # of the targets (bench/setup_litellm.sh first)
 
 One command starts everything on this machine: a fast fake upstream (bench/upstream.py), an
 inference worker attached to it (so the gateway sees a registered node with heartbeats), the
@@ -39,7 +41,7 @@ import redis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench import loadgen  # noqa: E402
+from bench import litellm_proxy, loadgen  # noqa: E402
 from tests.stack import TINY_MODEL_VLLM_ARGS, celery_argv, free_port, gateway_argv  # noqa: E402
 
 RUN_DIR = ROOT / ".run" / "bench"
@@ -251,7 +253,9 @@ def fake_upstream_points(
     upstream_url: str,
     gateway_url: str,
     ledger: LedgerPause,
+    litellm: tuple[str, int] | None,
 ) -> list[dict]:
+    """Direct, then through the gateway, then (with --litellm) through LiteLLM, at each point."""
     rows = []
     for stream in (False, True):
         for concurrency in args.concurrency:
@@ -267,9 +271,16 @@ def fake_upstream_points(
                 via = measure(
                     gateway_url + "/v1/chat/completions", key, cpu_pids=[gateway_pid], **common
                 )
-            rows.append(
-                {"stream": stream, "concurrency": concurrency, "direct": direct, "gateway": via}
-            )
+            row = {"stream": stream, "concurrency": concurrency, "direct": direct, "gateway": via}
+            if litellm:
+                litellm_url, litellm_pid = litellm
+                row["litellm"] = measure(
+                    litellm_url + "/v1/chat/completions",
+                    litellm_proxy.MASTER_KEY,
+                    cpu_pids=[litellm_pid],
+                    **common,
+                )
+            rows.append(row)
             print(_row_text(rows[-1]), flush=True)
     return rows
 
@@ -281,6 +292,12 @@ def _row_text(row: dict) -> str:
         f"direct {d['rps']:8.0f} rps p50 {d['p50_ms']:6.2f} p99 {d['p99_ms']:6.2f} | "
         f"gateway {g['rps']:8.0f} rps p50 {g['p50_ms']:6.2f} p99 {g['p99_ms']:6.2f} "
         f"cpu {g['cpu_ms_per_request']:.3f} ms/req statuses {g['statuses']}"
+    ) + (
+        f" | litellm {row['litellm']['rps']:6.0f} rps p50 {row['litellm']['p50_ms']:6.2f} "
+        f"cpu {row['litellm']['cpu_ms_per_request']:.2f} ms/req "
+        f"statuses {row['litellm']['statuses']}"
+        if "litellm" in row
+        else ""
     )
 
 
@@ -313,6 +330,8 @@ def markdown(rows: list[dict], vllm: dict | None, soak: dict | None, meta: dict)
             f"| {g['p50_ms'] - d['p50_ms']:.2f} | {g['p99_ms'] - d['p99_ms']:.2f} "
             f"| {d['p50_ms']:.2f} | {g['cpu_ms_per_request']:.3f} |"
         )
+    if any("litellm" in row for row in rows):
+        lines += ["", *_litellm_table(rows, meta)]
     if vllm:
         lines += [
             "",
@@ -336,6 +355,28 @@ def markdown(rows: list[dict], vllm: dict | None, soak: dict | None, meta: dict)
             f"{soak['rss_end_mb']:.1f} MB at the end, {soak['rss_max_mb']:.1f} MB at most.",
         ]
     return "\n".join(lines) + "\n"
+
+
+def _litellm_table(rows: list[dict], meta: dict) -> list[str]:
+    """The same points through LiteLLM's proxy: what a tenth of its cost means on this machine."""
+    lines = [
+        f"The same points through LiteLLM proxy {meta['litellm']} (one worker, the same core, "
+        "upstream and load):",
+        "",
+        "| mode | C | LiteLLM rps | DMX rps | DMX/LiteLLM rps | LiteLLM added p50 ms "
+        "| DMX added p50 ms | LiteLLM CPU ms/req | DMX CPU ms/req | DMX CPU share |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        d, g, lt = row["direct"], row["gateway"], row["litellm"]
+        lines.append(
+            f"| {'stream' if row['stream'] else 'non-stream'} | {row['concurrency']} "
+            f"| {lt['rps']:.0f} | {g['rps']:.0f} | {g['rps'] / lt['rps']:.1f} "
+            f"| {lt['p50_ms'] - d['p50_ms']:.2f} | {g['p50_ms'] - d['p50_ms']:.2f} "
+            f"| {lt['cpu_ms_per_request']:.2f} | {g['cpu_ms_per_request']:.3f} "
+            f"| {g['cpu_ms_per_request'] / lt['cpu_ms_per_request']:.3f} |"
+        )
+    return lines
 
 
 def soak(args, key: str, gateway_pid: int, gateway_url: str) -> dict:
@@ -515,7 +556,14 @@ def main() -> None:
         help="keep the ledger's drain (Celery) running while points are measured",
     )
     parser.add_argument("--no-points", action="store_true", help="skip the latency points")
+    parser.add_argument(
+        "--litellm",
+        action="store_true",
+        help="also measure LiteLLM's proxy at each point (bench/setup_litellm.sh installs it)",
+    )
     args = parser.parse_args()
+    if args.litellm and not litellm_proxy.available():
+        parser.error("--litellm needs bench/setup_litellm.sh to have been run")
     if args.quick:
         args.warmup, args.duration, args.vllm_duration = 0.5, 1.5, 3
 
@@ -580,11 +628,33 @@ def main() -> None:
             background=True,
         )
         _wait(gateway_url + "/v1/models", key=credentials["key"], contains=MODEL)
+        litellm = None
+        if args.litellm:
+            litellm_port = free_port()
+            litellm_url = f"http://127.0.0.1:{litellm_port}"
+            litellm_process = procs.start(
+                "litellm",
+                litellm_proxy.argv(
+                    litellm_proxy.config(RUN_DIR, model=MODEL, upstream_url=upstream_url),
+                    litellm_port,
+                ),
+                gateway_core,
+                env=litellm_proxy.env(),
+            )
+            _wait(litellm_url + "/health/liveliness", timeout=120)
+            litellm = (litellm_url, litellm_process.pid)
         rows = (
             []
             if args.no_points
             else fake_upstream_points(
-                args, env, credentials["key"], gateway.pid, upstream_url, gateway_url, ledger
+                args,
+                env,
+                credentials["key"],
+                gateway.pid,
+                upstream_url,
+                gateway_url,
+                ledger,
+                litellm,
             )
         )
         profiled = (
@@ -612,6 +682,7 @@ def main() -> None:
         "warmup": args.warmup,
         "duration": args.duration,
         "ledger": "live" if args.ledger_live else "paused",
+        "litellm": litellm_proxy.version() if args.litellm else None,
     }
     table = markdown(rows, vllm, soak_result, meta) + ("\n" + profiled if profiled else "")
     print(table)
