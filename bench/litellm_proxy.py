@@ -1,11 +1,11 @@
 """LiteLLM's proxy as the benchmark's yardstick: the gateway the performance targets are a tenth of.
 
-The targets (bench/README section of the main README) were set against LiteLLM proxy 1.108 on
-"a machine like ours"; this machine's speed moves by a factor of three between sessions, so the
-run measures LiteLLM itself, at every point, between the direct and the DMX measurement, on the
-same core, against the same fake upstream, with the same load generator. LiteLLM runs as its docs
-start it for one worker (uvicorn, uvloop) with a master key and no database: its cheapest
-configuration, since it then has no keys, budgets or spend logs to look up.
+The targets (the README's Benchmarks section) were set against LiteLLM proxy 1.108 on "a machine
+like ours"; this machine's speed moves by a factor of three between sessions, so the run measures
+LiteLLM itself at every point, right after the direct and the DMX measurement, on the same core,
+against the same fake upstream, with the same load generator. LiteLLM runs as its docs start it
+for one worker (uvicorn, uvloop) with a master key and no database: its cheapest configuration,
+since it then has no keys, budgets or spend logs to look up.
 
 It lives in its own virtualenv, made by `bench/setup_litellm.sh`; the platform never imports it.
 """

@@ -455,6 +455,23 @@ def vllm_point(
     return {"tokens": 64, "concurrency": 8, "direct": direct, "gateway": via}
 
 
+def start_litellm(procs: Processes, upstream_url: str, core: str) -> tuple[str, int]:
+    """Start LiteLLM's proxy on the gateway's core, in front of the same upstream; return its
+    URL and PID (for its CPU accounting)."""
+    port = free_port()
+    process = procs.start(
+        "litellm",
+        litellm_proxy.argv(
+            litellm_proxy.config(RUN_DIR, model=MODEL, upstream_url=upstream_url), port
+        ),
+        core,
+        env=litellm_proxy.env(),
+    )
+    url = f"http://127.0.0.1:{port}"
+    _wait(url + "/health/liveliness", timeout=120)
+    return url, process.pid
+
+
 def profile(args, key: str, gateway_pid: int, gateway_url: str) -> str:
     """Sample the gateway with py-spy under load; return the top functions by own time."""
     import threading
@@ -628,21 +645,7 @@ def main() -> None:
             background=True,
         )
         _wait(gateway_url + "/v1/models", key=credentials["key"], contains=MODEL)
-        litellm = None
-        if args.litellm:
-            litellm_port = free_port()
-            litellm_url = f"http://127.0.0.1:{litellm_port}"
-            litellm_process = procs.start(
-                "litellm",
-                litellm_proxy.argv(
-                    litellm_proxy.config(RUN_DIR, model=MODEL, upstream_url=upstream_url),
-                    litellm_port,
-                ),
-                gateway_core,
-                env=litellm_proxy.env(),
-            )
-            _wait(litellm_url + "/health/liveliness", timeout=120)
-            litellm = (litellm_url, litellm_process.pid)
+        litellm = start_litellm(procs, upstream_url, gateway_core) if args.litellm else None
         rows = (
             []
             if args.no_points
