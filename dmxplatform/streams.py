@@ -4,17 +4,26 @@ The gateway appends with XADD (inside its settle script: no extra round trip); a
 drains each stream through a consumer group, and acknowledges and deletes entries only after the
 database committed them, so a crash or an outage anywhere in between leaves them pending, never
 lost. Handlers insert idempotently on a natural key, so an entry read twice is stored once.
-Entries that can never be stored go to a dead-letter stream beside the original.
+
+Only a database that does not answer is an outage. When a batch fails and the database still
+answers a probe, the batch is stored one entry at a time, and an entry that fails on its own is
+parked, with the reason, in a dead-letter stream beside the original, so that one bad entry can
+never hold back the ones behind it (it once stopped the whole usage ledger). Parked entries are
+counted at /metrics and listed in the admin, which can put them back once their cause is fixed.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from django.db import DatabaseError
-from redis.exceptions import ResponseError
+from django.db import DatabaseError, connection, transaction
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import REGISTRY as METRICS
+from prometheus_client.registry import Collector
+from redis.exceptions import RedisError, ResponseError
 
 from dmxplatform.redis_client import rkey, sync_redis
 
@@ -28,15 +37,29 @@ BATCH = 500
 MAX_ROUNDS = 20
 # Longer than the slowest drain; a drainer that died frees the lock after this.
 LOCK_SECONDS = 120
+# A parked entry keeps this much of the error that parked it: enough for any database message.
+REASON_CHARS = 500
 
-# Receives (entry id, payload) pairs; returns the ids that can never be stored. Raises
-# DatabaseError to leave the whole batch pending.
-Store = Callable[[list[tuple[bytes, bytes]]], list[bytes]]
+# Receives (entry id, payload) pairs and stores them in one transaction; returns
+# {entry id: reason} for entries it can tell are unreadable. Raises to refuse the batch: the
+# drain then tells an outage (leave it pending) from a bad entry (park it).
+Store = Callable[[list[tuple[bytes, bytes]]], dict[bytes, str]]
+
+# Every durable stream, by name, for the admin and /metrics.
+REGISTRY: dict[str, DurableStream] = {}
 
 
 @dataclass(frozen=True)
 class DurableStream:
     name: tuple[str, ...]
+    title: str = ""
+
+    def __post_init__(self) -> None:
+        REGISTRY[self.label] = self
+
+    @property
+    def label(self) -> str:
+        return ".".join(self.name)
 
     def key(self) -> str:
         return rkey(*self.name)
@@ -77,20 +100,67 @@ def drain(
             if not entries:
                 break
             pairs = [(entry_id, fields.get(FIELD) or b"") for entry_id, fields in entries]
-            try:
-                rejected = set(store(pairs))
-            except DatabaseError:
-                logger.warning(
-                    "%s: database unavailable; %d entries wait", stream.key(), len(pairs)
-                )
+            outcome = _store(stream, store, pairs)
+            if outcome is None:
                 break
-            _settle(client, stream, pairs, rejected)
-            moved += len(pairs) - len(rejected)
-            if len(entries) < batch_size:
+            stored, rejected = outcome
+            _settle(client, stream, stored, rejected)
+            moved += len(stored) - len(rejected)
+            if len(stored) < len(pairs) or len(entries) < batch_size:
                 break
         return moved
     finally:
         lock.release()
+
+
+def _store(
+    stream: DurableStream, store: Store, pairs: list[tuple[bytes, bytes]]
+) -> tuple[list[tuple[bytes, bytes]], dict[bytes, str]] | None:
+    """Store a batch; return the pairs dealt with and the reasons of those to park, or None
+    when the database does not answer (everything stays pending)."""
+    try:
+        return pairs, _attempt(store, pairs)
+    except Exception as exc:  # which kind of failure it was, the probe below tells
+        if not database_answers():
+            logger.warning(
+                "%s: database unavailable (%s); %d entries wait", stream.key(), exc, len(pairs)
+            )
+            return None
+    # The database answers, so something in the batch is bad: find it, one entry at a time.
+    done: list[tuple[bytes, bytes]] = []
+    rejected: dict[bytes, str] = {}
+    for pair in pairs:
+        try:
+            rejected.update(_attempt(store, [pair]))
+        except Exception as exc:
+            if not database_answers():
+                logger.warning("%s: database went away; %d entries wait", stream.key(), len(pairs))
+                return done, rejected
+            rejected[pair[0]] = f"{exc.__class__.__name__}: {exc}"
+        done.append(pair)
+    return done, rejected
+
+
+def _attempt(store: Store, pairs: list[tuple[bytes, bytes]]) -> dict[bytes, str]:
+    # In a transaction (a savepoint when the caller has one), so that a failed statement
+    # leaves the connection usable for the probe and the next attempt.
+    with transaction.atomic():
+        return store(pairs)
+
+
+def database_answers() -> bool:
+    """Whether the database takes a query now. A connection a failure left unusable is
+    replaced first, except inside a caller's transaction, which must not be closed under it."""
+    try:
+        if not connection.in_atomic_block:
+            connection.close_if_unusable_or_obsolete()
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+        return True
+    except DatabaseError:
+        if not connection.in_atomic_block:
+            connection.close()
+        return False
 
 
 def _read(client, stream: DurableStream, consumer: str, batch_size: int) -> list:
@@ -103,15 +173,117 @@ def _read(client, stream: DurableStream, consumer: str, batch_size: int) -> list
     return []
 
 
-def _settle(client, stream: DurableStream, pairs: list[tuple[bytes, bytes]], rejected: set) -> None:
-    """Acknowledge and delete a stored batch; park what can never be stored."""
+def _settle(
+    client, stream: DurableStream, pairs: list[tuple[bytes, bytes]], rejected: dict[bytes, str]
+) -> None:
+    """Acknowledge and delete a stored batch; park what can never be stored, with why."""
+    if not pairs:
+        return
     pipe = client.pipeline(transaction=True)
+    parked_at = str(time.time())
     for entry_id, payload in pairs:
         if entry_id in rejected:
-            pipe.xadd(stream.dead_letter_key(), {FIELD: payload, b"id": entry_id})
+            reason = rejected[entry_id][:REASON_CHARS]
+            pipe.xadd(
+                stream.dead_letter_key(),
+                {FIELD: payload, b"id": entry_id, b"reason": reason, b"at": parked_at},
+            )
     ids = [entry_id for entry_id, _ in pairs]
     pipe.xack(stream.key(), GROUP, *ids)
     pipe.xdel(stream.key(), *ids)
     pipe.execute()
-    if rejected:
-        logger.error("%s: %d entries moved to the dead-letter stream", stream.key(), len(rejected))
+    for entry_id in rejected:
+        logger.error(
+            "%s: entry %s parked in the dead-letter stream: %s",
+            stream.key(),
+            entry_id.decode(),
+            rejected[entry_id][:REASON_CHARS],
+        )
+
+
+@dataclass(frozen=True)
+class ParkedEntry:
+    id: bytes  # in the dead-letter stream
+    original_id: str
+    reason: str
+    parked_at: float
+    payload: bytes
+
+
+def parked(stream: DurableStream, *, count: int = 100) -> list[ParkedEntry]:
+    """The newest entries parked in a stream's dead-letter stream, newest first."""
+    return [
+        ParkedEntry(
+            id=entry_id,
+            original_id=fields.get(b"id", b"").decode(errors="replace"),
+            reason=fields.get(b"reason", b"").decode(errors="replace"),
+            parked_at=float(fields.get(b"at", b"0") or 0),
+            payload=fields.get(FIELD, b""),
+        )
+        for entry_id, fields in sync_redis().xrevrange(stream.dead_letter_key(), count=count)
+    ]
+
+
+def parked_requeue(stream: DurableStream, ids: list[bytes]) -> int:
+    """Put parked entries back on their stream (their cause fixed); return how many."""
+    client = sync_redis()
+    moved = 0
+    for entry_id in ids:
+        found = client.xrange(stream.dead_letter_key(), min=entry_id, max=entry_id)
+        if not found:
+            continue
+        pipe = client.pipeline(transaction=True)
+        pipe.xadd(stream.key(), {FIELD: found[0][1].get(FIELD, b"")})
+        pipe.xdel(stream.dead_letter_key(), entry_id)
+        pipe.execute()
+        moved += 1
+    return moved
+
+
+def parked_discard(stream: DurableStream, ids: list[bytes]) -> int:
+    """Delete parked entries for good; return how many."""
+    return sync_redis().xdel(stream.dead_letter_key(), *ids) if ids else 0
+
+
+class StreamCollector(Collector):
+    """Each durable stream's backlog and parked entries, read from Redis at scrape time: a
+    backlog that only grows is a ledger that stopped (alert on it), parked entries need a
+    person."""
+
+    def collect(self):
+        backlog = GaugeMetricFamily(
+            "dmx_stream_backlog_entries",
+            "Entries waiting in a durable stream to be stored in the database.",
+            labels=["stream"],
+        )
+        oldest = GaugeMetricFamily(
+            "dmx_stream_oldest_entry_age_seconds",
+            "Age of the oldest entry waiting in a durable stream (0 when it is empty).",
+            labels=["stream"],
+        )
+        dead = GaugeMetricFamily(
+            "dmx_stream_parked_entries",
+            "Entries that could never be stored, parked in a stream's dead-letter stream.",
+            labels=["stream"],
+        )
+        streams = list(REGISTRY.values())
+        try:
+            pipe = sync_redis().pipeline(transaction=False)
+            for stream in streams:
+                pipe.xlen(stream.key())
+                pipe.xrange(stream.key(), count=1)
+                pipe.xlen(stream.dead_letter_key())
+            replies = pipe.execute()
+        except RedisError:
+            return  # no figures rather than a failed scrape; Redis has its own alerts
+        now_ms = time.time() * 1000
+        for index, stream in enumerate(streams):
+            length, first, parked_count = replies[3 * index : 3 * index + 3]
+            backlog.add_metric([stream.label], length)
+            first_ms = int(first[0][0].split(b"-")[0]) if first else now_ms
+            oldest.add_metric([stream.label], max(now_ms - first_ms, 0) / 1000)
+            dead.add_metric([stream.label], parked_count)
+        yield from (backlog, oldest, dead)
+
+
+METRICS.register(StreamCollector())

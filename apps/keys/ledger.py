@@ -13,10 +13,12 @@ from dataclasses import dataclass, field
 from dmxplatform.records import JsonRecord
 from dmxplatform.streams import DurableStream
 
-USAGE_STREAM = DurableStream(("usage", "stream"))
+USAGE_STREAM = DurableStream(("usage", "stream"), title="Usage events")
 # What a gateway logs, before the event's JSON, when Redis failed mid-request and the event could
 # not be appended (apps.gateway.pipeline); `manage.py usage_replay` appends such lines later.
 UNRECORDED = "usage-unrecorded"
+# UsageRecord.model's length: a model name as a client asked for it is cut to this.
+MODEL_CHARS = 128
 
 
 @dataclass(slots=True)

@@ -7,7 +7,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 
-from django.db import IntegrityError, connection, transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -179,42 +179,25 @@ def _usage_rollup(rows: list[UsageRecord]) -> None:
             )
 
 
-def _usage_write(rows: list[UsageRecord]) -> None:
-    with transaction.atomic():
-        _check_constraints_now()
-        UsageRecord.objects.bulk_create(rows)
-        _usage_rollup(rows)
-
-
-def _usage_insert(entries: list[tuple[bytes, ledger.UsageEvent]]) -> list[bytes]:
-    """Store events not stored before, with their daily totals; return the ids of entries
-    that can never be stored (they refer to something deleted).
+def _usage_insert(entries: list[tuple[bytes, ledger.UsageEvent]]) -> None:
+    """Store events not stored before, with their daily totals, in the caller's transaction.
 
     Only one flush runs at a time (streams.drain's lock), so "not stored before" read here
     still holds when the rows are written, and a redelivered event is neither stored nor
-    counted twice.
+    counted twice. A row that cannot be stored fails the batch; streams.drain then finds it.
     """
-    fresh: dict[str, tuple[bytes, UsageRecord]] = {}
-    for entry_id, event in entries:
-        fresh.setdefault(event.request_id, (entry_id, _usage_row(event)))
+    fresh: dict[str, UsageRecord] = {}
+    for _, event in entries:
+        fresh.setdefault(event.request_id, _usage_row(event))
     stored = UsageRecord.objects.filter(request_id__in=list(fresh)).values_list(
         "request_id", flat=True
     )
     for request_id in stored:
         del fresh[request_id]
-    try:
-        _usage_write([row for _, row in fresh.values()])
-        return []
-    except IntegrityError:
-        pass
-    # One row refers to something gone (a deleted key); keep every other row.
-    rejected = []
-    for entry_id, row in fresh.values():
-        try:
-            _usage_write([row])
-        except IntegrityError:
-            rejected.append(entry_id)
-    return rejected
+    rows = list(fresh.values())
+    _check_constraints_now()
+    UsageRecord.objects.bulk_create(rows)
+    _usage_rollup(rows)
 
 
 def usage_prune(*, older_than_days: int, batch_size: int = USAGE_PRUNE_BATCH) -> int:
@@ -234,22 +217,24 @@ def usage_prune(*, older_than_days: int, batch_size: int = USAGE_PRUNE_BATCH) ->
 
 def _check_constraints_now() -> None:
     """Make PostgreSQL check foreign keys at insert, not at commit (Django defers them), so a
-    bad row fails inside its own savepoint and the rest of the batch survives."""
+    row that refers to something deleted fails its own attempt even inside an outer
+    transaction, and streams.drain can tell it from the rest of its batch."""
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
 
 
-def _usage_store(pairs: list[tuple[bytes, bytes]]) -> list[bytes]:
-    """Store usage events drained from the buffer; return the ids that can never be stored."""
+def _usage_store(pairs: list[tuple[bytes, bytes]]) -> dict[bytes, str]:
+    """Store usage events drained from the buffer; return why the unreadable ones are."""
     decoded = []
-    unreadable = []
+    unreadable = {}
     for entry_id, payload in pairs:
         try:
             decoded.append((entry_id, ledger.UsageEvent.decode(payload)))
-        except (TypeError, ValueError):
-            unreadable.append(entry_id)
-    return unreadable + _usage_insert(decoded)
+        except (TypeError, ValueError) as exc:
+            unreadable[entry_id] = f"unreadable usage event: {exc}"
+    _usage_insert(decoded)
+    return unreadable
 
 
 def usage_replay(lines: Iterable[str]) -> tuple[int, int]:

@@ -14,7 +14,7 @@ from apps.routing.router import Decision
 from dmxplatform.records import JsonRecord
 from dmxplatform.streams import DurableStream
 
-DECISION_STREAM = DurableStream(("routing", "decisions"))
+DECISION_STREAM = DurableStream(("routing", "decisions"), title="Routing decisions")
 
 
 @dataclass(slots=True)

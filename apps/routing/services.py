@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import logging
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from apps.models.models import ModelVersion
@@ -24,8 +23,6 @@ from apps.routing.selectors import (
 )
 from dmxplatform import streams
 from dmxplatform.redis_client import rkey, sync_redis
-
-logger = logging.getLogger(__name__)
 
 ROUTING_TABLE_VERSION_KEY = ("routing", "version")
 # A rule's new weight moves halfway from the old to what the figures say: one bad night cannot
@@ -157,13 +154,13 @@ def canary_evaluate(*, version_id: int) -> CanaryEvent | None:
 # The decision log ------------------------------------------------------------------------------
 
 
-def _decision_store(pairs: list[tuple[bytes, bytes]]) -> list[bytes]:
-    rows, unreadable = [], []
+def _decision_store(pairs: list[tuple[bytes, bytes]]) -> dict[bytes, str]:
+    rows, unreadable = [], {}
     for entry_id, payload in pairs:
         try:
             event = DecisionEvent.decode(payload)
-        except (TypeError, ValueError):
-            unreadable.append(entry_id)
+        except (TypeError, ValueError) as exc:
+            unreadable[entry_id] = f"unreadable routing decision: {exc}"
             continue
         rows.append(
             RoutingDecision(
@@ -185,11 +182,7 @@ def _decision_store(pairs: list[tuple[bytes, bytes]]) -> list[bytes]:
                 decision_us=event.decision_us,
             )
         )
-    try:
-        RoutingDecision.objects.bulk_create(rows, ignore_conflicts=True)
-    except IntegrityError:
-        logger.exception("routing decisions could not be stored")
-        return [entry_id for entry_id, _ in pairs]
+    RoutingDecision.objects.bulk_create(rows, ignore_conflicts=True)
     return unreadable
 
 

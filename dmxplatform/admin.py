@@ -1,0 +1,114 @@
+"""The operator console's site: Django's admin with the platform's own pages beside the models.
+
+Installed in place of django.contrib.admin (PlatformAdminConfig), so every app's
+`@admin.register` lands here; pages that show no model (parked stream entries) are added in
+get_urls and listed on the index in a "Platform" section.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from django.contrib import admin, messages
+from django.contrib.admin.apps import AdminConfig
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+
+from dmxplatform import streams
+
+# Parked entries listed per stream: a page an operator reads, not an export.
+PARKED_SHOWN = 200
+# Characters of an entry's payload shown in the list.
+PAYLOAD_PREVIEW_CHARS = 300
+
+
+class PlatformAdminSite(admin.AdminSite):
+    site_header = "DMX platform"
+    site_title = "DMX platform"
+    index_title = "Operator console"
+
+    def get_urls(self):
+        pages = [
+            path(
+                "platform/parked/",
+                self.admin_view(self.parked_view),
+                name="platform_parked",
+            ),
+        ]
+        return pages + super().get_urls()
+
+    def get_app_list(self, request: HttpRequest, app_label: str | None = None):
+        apps = super().get_app_list(request, app_label)
+        if app_label is None and request.user.is_active and request.user.is_staff:
+            apps.insert(
+                0,
+                {
+                    "name": "Platform",
+                    "app_label": "platform",
+                    "app_url": reverse("admin:platform_parked"),
+                    "has_module_perms": True,
+                    "models": [
+                        {
+                            "name": "Parked stream entries",
+                            "object_name": "parked",
+                            "admin_url": reverse("admin:platform_parked"),
+                            "view_only": True,
+                        }
+                    ],
+                },
+            )
+        return apps
+
+    def parked_view(self, request: HttpRequest) -> HttpResponse:
+        """Entries of the durable streams that could never be stored, with why; a superuser
+        can put them back on their stream (once the cause is fixed) or discard them."""
+        if request.method == "POST":
+            return self._parked_act(request)
+        sections = []
+        for stream in streams.REGISTRY.values():
+            entries = streams.parked(stream, count=PARKED_SHOWN)
+            sections.append(
+                {
+                    "stream": stream,
+                    "entries": [
+                        {
+                            "id": entry.id.decode(),
+                            "original_id": entry.original_id,
+                            "reason": entry.reason,
+                            "parked_at": datetime.fromtimestamp(entry.parked_at, tz=UTC),
+                            "payload": entry.payload[:PAYLOAD_PREVIEW_CHARS].decode(
+                                errors="backslashreplace"
+                            ),
+                        }
+                        for entry in entries
+                    ],
+                }
+            )
+        context = {
+            **self.each_context(request),
+            "title": "Parked stream entries",
+            "sections": sections,
+            "can_act": request.user.is_superuser,
+        }
+        return TemplateResponse(request, "admin/platform/parked.html", context)
+
+    def _parked_act(self, request: HttpRequest) -> HttpResponse:
+        if not request.user.is_superuser:
+            raise PermissionDenied
+        stream = streams.REGISTRY.get(request.POST.get("stream", ""))
+        if stream is None:
+            raise Http404("no such stream")
+        ids = [entry_id.encode() for entry_id in request.POST.getlist("entry")]
+        if request.POST.get("action") == "requeue":
+            moved = streams.parked_requeue(stream, ids)
+            messages.success(request, f"{moved} entries put back on {stream.title}.")
+        elif request.POST.get("action") == "discard":
+            gone = streams.parked_discard(stream, ids)
+            messages.warning(request, f"{gone} parked entries of {stream.title} discarded.")
+        return HttpResponseRedirect(reverse("admin:platform_parked"))
+
+
+class PlatformAdminConfig(AdminConfig):
+    default_site = "dmxplatform.admin.PlatformAdminSite"
