@@ -434,8 +434,6 @@ def vllm_point(
             "bench-vllm",
             "--platform-url",
             gateway_url,
-            "--node-token",
-            credentials["token"],
             "--run-dir",
             str(RUN_DIR / "vllm"),
             "--",
@@ -443,7 +441,11 @@ def vllm_point(
         ],
         other_core,
         env=dict(
-            env, VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_OMP_THREADS_BIND="nobind", OMP_NUM_THREADS="1"
+            env,
+            DMX_NODE_TOKEN=credentials["token"],
+            VLLM_CPU_KVCACHE_SPACE="1",
+            VLLM_CPU_OMP_THREADS_BIND="nobind",
+            OMP_NUM_THREADS="1",
         ),
     )
     direct_url = f"http://127.0.0.1:{port}"
@@ -633,8 +635,6 @@ def main() -> None:
                 "bench-upstream",
                 "--platform-url",
                 gateway_url,
-                "--node-token",
-                credentials["token"],
                 # The fake upstream has no batch limit; declare vLLM's default, so the gateway
                 # counts requests beyond it (none here) as queued, as it would for an engine.
                 "--",
@@ -642,6 +642,7 @@ def main() -> None:
                 "256",
             ],
             other_core,
+            dict(env, DMX_NODE_TOKEN=credentials["token"]),
             background=True,
         )
         _wait(gateway_url + "/v1/models", key=credentials["key"], contains=MODEL)

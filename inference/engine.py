@@ -1,10 +1,12 @@
-"""A vLLM OpenAI-compatible server as a child process: start, probe, stop."""
+"""A vLLM OpenAI-compatible server as a child process: start, probe, stop (inference.proctree
+says how its whole process tree is kept from outliving the worker)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
-import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -14,10 +16,16 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from inference import proctree
+
+logger = logging.getLogger("dmx.worker")
+
 # A probe of a local server answers in milliseconds; longer means the engine is stuck.
 PROBE_TIMEOUT = 5.0
 # Time vLLM gets to finish after SIGTERM before its process group is killed, seconds.
 STOP_GRACE = 15.0
+# Connecting to a port on this host answers at once when something listens there.
+PORT_PROBE_TIMEOUT = 1.0
 
 
 @dataclass
@@ -78,15 +86,54 @@ class Engine:
         self.config = config
         self.process: subprocess.Popen | None = None
 
+    @property
+    def pid_file(self) -> Path:
+        """The engine's process group id, for the next worker on this run directory (and for
+        operators and tests who must find the engine when the worker is gone)."""
+        return self.config.run_dir / "vllm.pid"
+
     def start(self) -> None:
+        """Start vLLM, after stopping what an earlier worker on this run directory left; refuse
+        to start on a port that already answers (its health checks would reach the other
+        server)."""
         if self.config.attach_url:
             return
-        # Its own process group, so that stop() reaches vLLM's engine-core children too.
+        self.config.run_dir.mkdir(parents=True, exist_ok=True)
+        self._stop_leftover()
+        if self._port_answers():
+            raise EngineError(
+                f"port {self.config.port} on {self.config.host} already answers: another "
+                "server holds it; refusing to start vLLM there"
+            )
+        proctree.become_subreaper()
+        # Its own session and process group, so that stop() reaches vLLM's children too.
         self.process = subprocess.Popen(
-            self.config.command(), env=self.config.environment(), start_new_session=True
+            self.config.command(),
+            env=self.config.environment(),
+            start_new_session=True,
+            # Runs between fork and exec: a prctl call only, safe in a threaded parent.
+            preexec_fn=proctree.child_setup(os.getpid()),
         )
-        # For operators (and tests) who must find the engine when the worker itself is gone.
-        (self.config.run_dir / "vllm.pid").write_text(str(self.process.pid))
+        self.pid_file.write_text(str(self.process.pid))
+
+    def _stop_leftover(self) -> None:
+        try:
+            pgid = int(self.pid_file.read_text())
+        except (OSError, ValueError):
+            return
+        members = proctree.group_members(pgid)
+        # A group id is reused only after the group is gone; still, stop only a vLLM.
+        if members and any("vllm" in proctree.command_line(pid) for pid in members):
+            logger.warning("stopping vLLM processes %s left by an earlier worker", members)
+            proctree.stop_group(pgid, grace=STOP_GRACE)
+
+    def _port_answers(self) -> bool:
+        host = "127.0.0.1" if self.config.host in ("0.0.0.0", "") else self.config.host
+        try:
+            with socket.create_connection((host, self.config.port), timeout=PORT_PROBE_TIMEOUT):
+                return True
+        except OSError:
+            return False
 
     def alive(self) -> bool:
         if self.config.attach_url:
@@ -123,15 +170,13 @@ class Engine:
         return self.get("/metrics", timeout=timeout).decode()
 
     def stop(self) -> int | None:
-        """Stop the server: SIGTERM to its group, then SIGKILL after the grace period."""
+        """Stop the server and everything it started: SIGTERM to its group, SIGKILL to what is
+        left after the grace period. Also when the API server is gone already: its engine core
+        may not be."""
         if self.process is None:
             return None
-        if self.process.poll() is None:
-            pgid = os.getpgid(self.process.pid)
-            os.killpg(pgid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=STOP_GRACE)
-            except subprocess.TimeoutExpired:
-                os.killpg(pgid, signal.SIGKILL)
-                self.process.wait()
+        # The API server leads its group: the group's id is its pid, even once it has exited.
+        proctree.stop_group(self.process.pid, grace=STOP_GRACE)
+        self.process.wait()
+        self.pid_file.unlink(missing_ok=True)
         return self.process.returncode

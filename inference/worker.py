@@ -1,7 +1,10 @@
 """The inference worker: one vLLM engine, registered with the platform as a node.
 
-    python -m inference.worker --model DIR_OR_HUB_ID --name NAME --version TAG \
-        --platform-url http://gateway:8000 --node-token dmx-node-… [-- extra vLLM args]
+    DMX_NODE_TOKEN=dmx-node-… python -m inference.worker --model DIR_OR_HUB_ID --name NAME \
+        --version TAG --platform-url http://gateway:8000 [-- extra vLLM args]
+
+The node token comes from DMX_NODE_TOKEN or from a file (--node-token-file, a mounted secret),
+never from the command line, which every user of the host can read in `ps`.
 
 Reads the node's GPUs (or CPU) and the model's shape, and starts vLLM with the engine arguments
 recommended for them (inference/hardware/engine_args.py; the operator's own vLLM arguments win
@@ -9,7 +12,8 @@ flag by flag, and --no-recommend turns the recommendation off). Waits until vLLM
 uploads the tokenizer if the platform lacks it, registers with the recommendation and the
 hardware view, then sends a heartbeat every few seconds with the engine's load and the
 hardware's state. On SIGTERM or SIGINT it reports itself draining, lets in-flight requests
-finish, stops the engine and reports itself down.
+finish, stops the engine and reports itself down. Whatever way it ends, the engine's whole
+process tree ends with it (inference.proctree).
 """
 
 from __future__ import annotations
@@ -103,7 +107,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument("--platform-url", default=_env("DMX_PLATFORM_URL", "http://127.0.0.1:8000"))
     parser.add_argument(
-        "--node-token", default=_env("DMX_NODE_TOKEN"), required=not _env("DMX_NODE_TOKEN")
+        "--node-token-file",
+        type=Path,
+        default=_env("DMX_NODE_TOKEN_FILE"),
+        help="read the node token from this file (default: the DMX_NODE_TOKEN variable)",
     )
     parser.add_argument(
         "--run-dir",
@@ -125,11 +132,25 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     own, _, extra = _split_extra(argv)
     args = parser.parse_args(own)
     args.extra = extra
+    args.node_token = _node_token(parser, args.node_token_file)
     args.name = args.name or args.model
     args.node_name = args.node_name or f"{socket.gethostname()}-{args.port}"
     args.advertise_url = args.advertise_url or args.attach or f"http://{args.host}:{args.port}"
     args.run_dir = args.run_dir or Path(".run") / f"worker-{args.port}"
     return args
+
+
+def _node_token(parser: argparse.ArgumentParser, path: Path | None) -> str:
+    if path is not None:
+        try:
+            token = path.read_text().strip()
+        except OSError as exc:
+            parser.error(f"cannot read the node token file: {exc}")
+    else:
+        token = (_env("DMX_NODE_TOKEN") or "").strip()
+    if not token:
+        parser.error("a node token is required: set DMX_NODE_TOKEN or pass --node-token-file")
+    return token
 
 
 def _split_extra(argv: list[str]) -> tuple[list[str], str, list[str]]:
@@ -208,6 +229,13 @@ class Worker:
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        try:
+            return self._serve()
+        finally:
+            # Every way out, an exception's included: nothing of vLLM may outlive the worker.
+            self.engine.stop()
+
+    def _serve(self) -> int:
         if self.recommendation is not None:
             logger.info("engine: %s", self.recommendation.summary)
             if not self.recommendation.fits:
@@ -215,16 +243,14 @@ class Worker:
                     "%s; pass --no-recommend to start vLLM anyway", self.recommendation.summary
                 )
                 return 1
-        self.engine.start()
         try:
+            self.engine.start()
             self.engine.wait_healthy(self.args.start_timeout, cancelled=self.stopping)
         except EngineError as exc:
             logger.error("%s", exc)
-            self.engine.stop()
             return 1
         logger.info("vLLM healthy at %s", self.engine.config.url)
         if self.stopping.is_set():
-            self.engine.stop()
             return 0
         registration = self._registration()
         while not self.stopping.is_set() and not self._register(registration):

@@ -85,9 +85,11 @@ echo "==> starting Celery (worker + beat)"
 pids+=($!)
 
 echo "==> starting the vLLM worker for $MODEL_NAME on port $WORKER_PORT (logs: .run/worker.log)"
+# The node token goes in the environment: a command line is visible to every user in `ps`.
+DMX_NODE_TOKEN="$NODE_TOKEN" \
 VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1} VLLM_CPU_OMP_THREADS_BIND=${VLLM_CPU_OMP_THREADS_BIND:-auto} \
 .venv-vllm/bin/python -m inference.worker --model "$DMX_WORKER_MODEL" --name "$MODEL_NAME" \
-  --port "$WORKER_PORT" --platform-url "http://127.0.0.1:$GATEWAY_PORT" --node-token "$NODE_TOKEN" \
+  --port "$WORKER_PORT" --platform-url "http://127.0.0.1:$GATEWAY_PORT" \
   -- ${DMX_WORKER_VLLM_ARGS:---enforce-eager} > .run/worker.log 2>&1 &
 pids+=($!)
 

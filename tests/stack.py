@@ -203,8 +203,6 @@ class Stack:
             f"test-{model_name}-{port}",
             "--platform-url",
             self.url,
-            "--node-token",
-            node_token,
             "--run-dir",
             str(run_dir),
             "--drain-timeout",
@@ -216,6 +214,7 @@ class Stack:
         ]
         env = dict(
             self.env,
+            DMX_NODE_TOKEN=node_token,
             VLLM_CPU_KVCACHE_SPACE="1",
             VLLM_CPU_OMP_THREADS_BIND="nobind",
             OMP_NUM_THREADS="1",

@@ -1,5 +1,7 @@
 from pathlib import Path
 
+import pytest
+
 from inference.worker import parse_args
 
 
@@ -24,3 +26,21 @@ def test_environment_supplies_what_flags_do_not(monkeypatch):
     args = parse_args(["--version", "v2"])
     assert (args.model, args.name, args.version) == ("org/model", "chat-large", "v2")
     assert args.advertise_url == "http://node-7.internal:8000"
+
+
+def test_the_node_token_comes_from_a_file_before_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("DMX_NODE_TOKEN", "from-the-environment")
+    secret = tmp_path / "token"
+    secret.write_text("dmx-node-abcdefgh_fromfile\n")
+    args = parse_args(["--model", "m", "--node-token-file", str(secret)])
+    assert args.node_token == "dmx-node-abcdefgh_fromfile"
+
+
+def test_the_node_token_is_never_taken_from_the_command_line(monkeypatch, capsys):
+    """A command line is visible to every user of the host (`ps`), so there is no flag for it."""
+    monkeypatch.delenv("DMX_NODE_TOKEN", raising=False)
+    with pytest.raises(SystemExit):
+        parse_args(["--model", "m", "--node-token", "dmx-node-abcdefgh_secret"])
+    with pytest.raises(SystemExit):
+        parse_args(["--model", "m"])
+    assert "a node token is required" in capsys.readouterr().err

@@ -14,8 +14,12 @@ MIB = 1024 * 1024
 
 
 def make_worker(model: str, *extra: str, own: tuple[str, ...] = ()) -> Worker:
-    argv = ["--model", model, "--node-token", "dmx-node-abcdefgh_secret", *own, "--", *extra]
-    return Worker(parse_args(argv))
+    return Worker(parse_args(["--model", model, *own, "--", *extra]))
+
+
+@pytest.fixture(autouse=True)
+def _node_token(monkeypatch):
+    monkeypatch.setenv("DMX_NODE_TOKEN", "dmx-node-abcdefgh_secret")
 
 
 @pytest.fixture

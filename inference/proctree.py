@@ -1,0 +1,136 @@
+"""The engine's whole process tree, owned by the worker: nothing of it outlives the worker.
+
+vLLM's API server starts its engine core (and, on some platforms, workers and a resource
+tracker) as children. Killed with -9, the API server leaves them running with the GPU memory
+they hold; a worker killed with -9 leaves the API server serving on its port, so the next
+worker's health check reaches the orphan. Hence:
+
+- vLLM runs in a process group (and session) of its own, whose id is the API server's pid,
+  written to the run directory, so that a later worker can find what an earlier one left;
+- vLLM gets SIGTERM when the worker dies, however it dies (the parent-death signal), and shuts
+  its engine down as it does on any SIGTERM;
+- the worker is a child subreaper: vLLM's children, orphaned by a dead API server, become the
+  worker's, which signals and reaps the whole group on every exit path.
+
+Linux only, like vLLM's serving stack (prctl, /proc).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import os
+import signal
+import time
+from pathlib import Path
+
+# linux/prctl.h
+PR_SET_PDEATHSIG = 1
+PR_SET_CHILD_SUBREAPER = 36
+# How often a group being stopped is looked at, seconds.
+POLL_SECONDS = 0.1
+# SIGKILL takes effect at once except on a process stuck in the kernel (a hung GPU driver
+# call): past this, stop waiting for it and say so.
+KILL_WAIT_SECONDS = 10.0
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _prctl(option: int, value: int) -> None:
+    if _libc.prctl(option, value, 0, 0, 0) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+
+
+def become_subreaper() -> None:
+    """Adopt this process's orphaned descendants (vLLM's engine core when its API server dies),
+    so that they can be signalled and reaped here instead of by init."""
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+
+
+def child_setup(parent_pid: int, death_signal: signal.Signals = signal.SIGTERM):
+    """A Popen preexec_fn: `death_signal` reaches the child when its parent dies; a parent that
+    died before this ran (the child was adopted already) means exit at once."""
+
+    def setup() -> None:
+        _prctl(PR_SET_PDEATHSIG, death_signal)
+        if os.getppid() != parent_pid:
+            os._exit(1)
+
+    return setup
+
+
+def _stat(pid: int) -> tuple[int, int, str] | None:
+    """(parent pid, process group, state) of a process, or None when it is gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return None
+    # The command name is in parentheses and may hold spaces or parentheses itself.
+    fields = raw[raw.rindex(b")") + 2 :].split()
+    return int(fields[1]), int(fields[2]), fields[0].decode()
+
+
+def group_members(pgid: int) -> list[int]:
+    """Pids of the live (not zombie) processes in a process group."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = _stat(int(entry))
+            if stat is not None and stat[1] == pgid and stat[2] != "Z":
+                members.append(int(entry))
+    return members
+
+
+def command_line(pid: int) -> str:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return ""
+    return raw.replace(b"\0", b" ").decode(errors="replace")
+
+
+def _reap_adopted() -> None:
+    """Collect the exit status of descendants this subreaper adopted and that have exited."""
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            stat = _stat(int(entry))
+            if stat is not None and stat[0] == me and stat[2] == "Z":
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(int(entry), os.WNOHANG)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass
+    except PermissionError as exc:  # pragma: no cover - another user's group
+        if exc.errno != errno.EPERM:
+            raise
+
+
+def stop_group(pgid: int, *, grace: float) -> bool:
+    """SIGTERM every process of a group, SIGKILL what is left after `grace` seconds, and wait
+    until none is left; return whether any was found."""
+    if not group_members(pgid):
+        _reap_adopted()
+        return False
+    _signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace
+    while group_members(pgid) and time.monotonic() < deadline:
+        _reap_adopted()
+        time.sleep(POLL_SECONDS)
+    if group_members(pgid):
+        _signal_group(pgid, signal.SIGKILL)
+        deadline = time.monotonic() + KILL_WAIT_SECONDS
+        while group_members(pgid) and time.monotonic() < deadline:
+            _reap_adopted()
+            time.sleep(POLL_SECONDS)
+    _reap_adopted()
+    left = group_members(pgid)
+    if left:
+        raise OSError(f"processes {left} of group {pgid} survive SIGKILL")
+    return True
