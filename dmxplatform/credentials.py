@@ -60,3 +60,13 @@ def split(plaintext: str, prefix: str) -> tuple[str, str] | None:
 def secret_matches(secret: str, secret_hash: str) -> bool:
     """Compare a presented secret with a stored hash in constant time."""
     return hmac.compare_digest(hash_secret(secret), secret_hash)
+
+
+def bearer(authorization: bytes | None) -> str | None:
+    """Return the credential of an `Authorization: Bearer <credential>` header, or None.
+
+    The bytes are read as Latin-1, HTTP's own header encoding, so that no byte a client sends
+    can fail to decode; a credential with such bytes simply matches nothing."""
+    scheme, _, credential = (authorization or b"").decode("latin-1").partition(" ")
+    credential = credential.strip()
+    return credential if scheme.lower() == "bearer" and credential else None

@@ -87,6 +87,12 @@ class MethodNotAllowedError(ApplicationError):
     default_code = "method_not_allowed"
 
 
+class RequestTimeoutError(ApplicationError):
+    status = 408
+    error_type = "invalid_request_error"
+    default_code = "request_timeout"
+
+
 class ConflictError(ApplicationError):
     status = 409
     error_type = "invalid_request_error"

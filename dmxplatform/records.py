@@ -7,6 +7,18 @@ from typing import Self
 import orjson
 
 
+def storable_text(value: str, limit: int) -> str:
+    """Return text a client sent as a database column can hold it: characters that PostgreSQL
+    refuses or a reader cannot see (NUL, control and format characters) escaped as \\xNN or
+    \\uNNNN, then cut to the column's length."""
+    if not value.isprintable():
+        value = "".join(
+            char if char.isprintable() else char.encode("unicode_escape").decode("ascii")
+            for char in value
+        )
+    return value[:limit]
+
+
 class JsonRecord:
     """encode()/decode() for a dataclass whose fields are all JSON values.
 

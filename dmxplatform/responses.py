@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
+from django.conf import settings
 
-from dmxplatform.errors import ApplicationError, MethodNotAllowedError, RequestTooLargeError
+from dmxplatform.errors import (
+    ApplicationError,
+    MethodNotAllowedError,
+    RequestTimeoutError,
+    RequestTooLargeError,
+)
 
 JSON = b"application/json"
 EVENT_STREAM = b"text/event-stream"
@@ -23,7 +30,21 @@ def header(scope: dict[str, Any], name: bytes) -> bytes | None:
 
 
 async def read_body(receive: Any, limit: int) -> bytes:
-    """Read the whole request body, refusing more than `limit` bytes."""
+    """Read the whole request body, refusing more than `limit` bytes or taking longer than
+    DMX_BODY_READ_TIMEOUT_SECONDS (a client that declares a body and sends part of it would
+    otherwise hold its connection and its memory for as long as it likes)."""
+    timeout = settings.DMX_BODY_READ_TIMEOUT_SECONDS
+    try:
+        async with asyncio.timeout(timeout):
+            return await _read_body(receive, limit)
+    except TimeoutError:
+        raise RequestTimeoutError(
+            f"The request body did not arrive within {timeout:g} seconds.",
+            headers={"Connection": "close"},
+        ) from None
+
+
+async def _read_body(receive: Any, limit: int) -> bytes:
     chunks = []
     size = 0
     while True:

@@ -26,8 +26,8 @@ async def authenticate(keys: KeyCache, authorization: bytes | None) -> KeyRecord
             "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'.",
             GatewayErrorCode.INVALID_API_KEY,
         )
-    scheme, _, token = authorization.decode("latin-1").partition(" ")
-    parts = credentials.split(token.strip(), KEY_PREFIX) if scheme.lower() == "bearer" else None
+    token = credentials.bearer(authorization)
+    parts = credentials.split(token, KEY_PREFIX) if token else None
     record = await keys.get(parts[0]) if parts else None
     if record is None or not credentials.secret_matches(parts[1], record.secret_hash):
         raise _refuse("Incorrect API key provided.", GatewayErrorCode.INVALID_API_KEY)

@@ -7,7 +7,7 @@ from django.conf import settings
 from apps.gateway.errors import GatewayErrorCode
 from apps.gateway.schemas import CompletionRequest, Endpoint
 from apps.models.catalog import ModelEntry
-from apps.models.tokenizers import ChatTemplateError
+from apps.models.tokenizers import ChatTemplateError, prompt_chars
 from apps.routing.fleet import FleetView
 from dmxplatform.errors import InvalidRequestError
 
@@ -38,27 +38,58 @@ def context_limit(model: ModelEntry, fleet: FleetView) -> int:
     return model.max_context_tokens
 
 
+def _prompt_chars(request: CompletionRequest) -> int:
+    """The prompt's characters (a batch's longest), or its length in token ids."""
+    if request.endpoint is Endpoint.CHAT:
+        return sum(prompt_chars(message.get("content")) for message in request.payload["messages"])
+    prompt = request.payload["prompt"]
+    if isinstance(prompt, str):
+        return len(prompt)
+    return max(len(item) if isinstance(item, str | list) else 1 for item in prompt)
+
+
+def check_context_bound(model: ModelEntry, request: CompletionRequest, limit: int) -> None:
+    """Refuse, before any tokenizing, a prompt too long to fit however it tokenizes: its length
+    over the tokenizer's longest token is already more than the context allows.
+
+    The bound is loose (real text takes three to five characters a token, the longest tokens
+    ten or more), so a normaliser that composes characters cannot make it refuse a prompt that
+    would have fit; what it buys is that a prompt of megabytes costs microseconds, not seconds
+    of tokenizer time and its memory."""
+    counter = model.counter
+    if counter is not None:
+        _check(model, request, counter.min_tokens(_prompt_chars(request)), limit, at_least=True)
+
+
 def check_context(
     model: ModelEntry, request: CompletionRequest, tokens: int | None, limit: int
 ) -> None:
     """Raise 400 context_length_exceeded when prompt plus requested completion cannot fit."""
-    if tokens is None:
-        return
+    if tokens is not None:
+        _check(model, request, tokens, limit, at_least=False)
+
+
+def _check(
+    model: ModelEntry, request: CompletionRequest, tokens: int, limit: int, *, at_least: bool
+) -> None:
     param = "messages" if request.endpoint is Endpoint.CHAT else "prompt"
     maximum = f"This model's maximum context length is {limit} tokens"
     if limit < model.max_context_tokens:
         maximum += f" while it is under load (normally {model.max_context_tokens})"
+    some = "at least " if at_least else ""
+    count = f"{some}{tokens}"
     if request.max_tokens is not None and tokens + request.max_tokens > limit:
+        total = f"{some}{tokens + request.max_tokens}"
         raise InvalidRequestError(
-            f"{maximum}. However, you requested {tokens + request.max_tokens} tokens ({tokens} "
-            f"in the {param}, {request.max_tokens} in the completion). Please reduce the length "
-            f"of the {param} or completion.",
+            f"{maximum}. However, you requested {total} tokens ({count} in the {param}, "
+            f"{request.max_tokens} in the completion). Please reduce the length of the {param} "
+            "or completion.",
             param=param,
             code=GatewayErrorCode.CONTEXT_LENGTH_EXCEEDED,
         )
     if tokens >= limit:
         raise InvalidRequestError(
-            f"{maximum}. However, your {param} resulted in {tokens} tokens. Please reduce the "
+            f"{maximum}. However, your {param} resulted in {count} tokens. Please reduce the "
             f"length of the {param}.",
             param=param,
             code=GatewayErrorCode.CONTEXT_LENGTH_EXCEEDED,

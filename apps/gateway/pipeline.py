@@ -30,7 +30,12 @@ from apps.gateway import sse
 from apps.gateway.admission import admit, reservation
 from apps.gateway.auth import authenticate, check_network, check_signature
 from apps.gateway.clients import client_address
-from apps.gateway.context import check_context, context_limit, prompt_tokens
+from apps.gateway.context import (
+    check_context,
+    check_context_bound,
+    context_limit,
+    prompt_tokens,
+)
 from apps.gateway.errors import GatewayErrorCode
 from apps.gateway.intent import classify
 from apps.gateway.outputs import StreamEditor, filter_response
@@ -42,7 +47,7 @@ from apps.gateway.upstream_http import UpstreamConnectionError, UpstreamResponse
 from apps.hardware.fleet import NodeSnapshot
 from apps.keys.choices import UsageStatus
 from apps.keys.keycache import KeyRecord
-from apps.keys.ledger import UNRECORDED, USAGE_STREAM, UsageEvent
+from apps.keys.ledger import MODEL_CHARS, UNRECORDED, USAGE_STREAM, UsageEvent
 from apps.keys.ratelimit import Admission
 from apps.models.catalog import ModelEntry
 from apps.routing.breaker import BreakerState
@@ -57,6 +62,7 @@ from dmxplatform.errors import (
     ServiceUnavailableError,
     UpstreamError,
 )
+from dmxplatform.records import storable_text
 from dmxplatform.resp import RedisUnavailable
 from dmxplatform.responses import EVENT_STREAM, Headers, header, read_body, send_error, send_json
 
@@ -88,7 +94,8 @@ def resolve_model(
     entry = runtime.catalog.get(name)
     if entry is None or not allowed:
         raise NotFoundError(
-            f"The model `{name}` does not exist or you do not have access to it.",
+            f"The model `{storable_text(name, MODEL_CHARS)}` does not exist or you do not have "
+            "access to it.",
             param="model",
             code=GatewayErrorCode.MODEL_NOT_FOUND,
         )
@@ -128,6 +135,8 @@ class CompletionCall:
         self.flags: list[str] = []
         self.usage: dict[str, Any] | None = None
         self.first_token_at: float | None = None
+        # Other requests on the node when this one was sent and when its first token came.
+        self.others_on_node = 0
         self.response_started = False
         self.settled = False
         self._settlement: tuple[Awaitable[Any], bytes] | None = None  # submitted, unanswered
@@ -146,15 +155,12 @@ class CompletionCall:
             check_network(key, client_address(self.scope, runtime.trusted_proxies))
             nonce = check_signature(key, self.scope, body)
             self.mark("auth")
-            request = self.request = validate_completion(self.endpoint, parse_json(body))
-            self.mark("parse")
-            self.flags = screen_prompt(runtime.content_filter, request)
-            self.mark("screen")
-            self.intent = classify(intent_text(request)).label
-            self.mark("intent")
-            model, preferred = resolve_model(
-                runtime, key, request.model, self.intent, self.request_id
-            )
+            prepare = functools.partial(self._prepare, runtime, key, body)
+            if len(body) > settings.DMX_LARGE_BODY_BYTES:
+                model, preferred = await runtime.off_loop(prepare)
+            else:
+                model, preferred = prepare()
+            request = self.request
             await self._admit(runtime, key, model, request, nonce)
             self.route_request = RouteRequest(
                 request_id=self.request_id,
@@ -168,6 +174,7 @@ class CompletionCall:
             route = functools.partial(self._route, runtime)
             async with connect(runtime, request, route, priority=key.priority) as (node, response):
                 self.node = node
+                self.others_on_node = runtime.fleet.others_on(node)
                 self.mark("upstream_connect")
                 if response.status != 200:
                     raise upstream_error(response.status, await response.read())
@@ -258,7 +265,31 @@ class CompletionCall:
             failed=self.outcome is UsageStatus.UPSTREAM_ERROR,
             ttft_ms=ttft if self.request and self.request.stream else None,
             latency_ms=(time.perf_counter() - self._t0) * 1000,
+            model=self.route_request.model,
+            others_on_node=self.others_on_node,
         )
+
+    def _prepare(
+        self, runtime: GatewayRuntime, key: KeyRecord, body: bytes
+    ) -> tuple[ModelEntry, frozenset[str]]:
+        """Parse, classify, resolve the model, screen the prompt and count it against the
+        context allowed now; return the model and its preferred hardware.
+
+        CPU only, in proportion to the body: the caller runs it in the runtime's worker thread
+        when the body is large, so that a prompt of megabytes does not hold the event loop."""
+        request = self.request = validate_completion(self.endpoint, parse_json(body))
+        self.mark("parse")
+        self.intent = classify(intent_text(request)).label
+        self.mark("intent")
+        model, preferred = resolve_model(runtime, key, request.model, self.intent, self.request_id)
+        limit = self.context_limit = context_limit(model, runtime.fleet)
+        check_context_bound(model, request, limit)
+        self.flags = screen_prompt(runtime.content_filter, request)
+        self.mark("screen")
+        tokens = self.estimated_tokens = prompt_tokens(model, request)
+        check_context(model, request, tokens, limit)
+        self.mark("context")
+        return model, preferred
 
     async def _admit(
         self,
@@ -268,15 +299,11 @@ class CompletionCall:
         request: CompletionRequest,
         nonce: str | None,
     ) -> None:
-        """Count the prompt against the context allowed now, then reserve against limits."""
-        tokens = prompt_tokens(model, request)
-        limit = self.context_limit = context_limit(model, runtime.fleet)
-        check_context(model, request, tokens, limit)
-        self.estimated_tokens = tokens
+        """Reserve the prompt and the completion it may take against the key's limits."""
+        tokens = self.estimated_tokens
         if tokens is None:
             tokens = len(intent_text(request)) // CHARS_PER_TOKEN + 1
-        self.mark("context")
-        self.reserved = reservation(request, tokens, limit)
+        self.reserved = reservation(request, tokens, self.context_limit)
         self.admission = await admit(
             runtime.limiter,
             request_id=self.request_id,
@@ -375,6 +402,9 @@ class CompletionCall:
                 edited = editor.edit(data)
                 if editor.first_content and self.first_token_at is None:
                     self.first_token_at = time.perf_counter()
+                    self.others_on_node = max(
+                        self.others_on_node, runtime.fleet.others_on(self.node)
+                    )
                 if edited is not None:
                     out.append(sse.encode(edited))
                 if editor.blocked is not None:
@@ -405,14 +435,17 @@ class CompletionCall:
 
     def _usage_event(self, prompt: int, completion: int) -> UsageEvent:
         node = self.node
-        model = self.route_request.model.name if self.route_request else ""
+        if self.route_request is not None:
+            model = self.route_request.model.name
+        else:  # as the client asked: anything a JSON string holds
+            model = storable_text(self.request.model, MODEL_CHARS) if self.request else ""
         return UsageEvent(
             request_id=self.request_id,
             api_key_id=self.key.id,
             tenant_id=self.key.tenant_id,
             created_at=self.received_at,
             endpoint=self.endpoint.value,
-            model=model or (self.request.model if self.request else ""),
+            model=model,
             model_version=node.version_tag if node else "",
             node=node.name if node else "",
             intent=self.intent,

@@ -2,7 +2,9 @@
 
 Hand-written checks over the decoded JSON: a few microseconds per request, and exact messages.
 Only what the gateway itself relies on, or what is cheap to reject before any GPU work, is
-checked here; every other field passes through to vLLM, which validates it in turn.
+checked here; every other field passes through to vLLM, which validates it in turn, except the
+fields of OpenAI's API that no engine here honours: those are refused by name, never dropped in
+silence.
 """
 
 from __future__ import annotations
@@ -18,6 +20,22 @@ from dmxplatform.errors import InvalidRequestError
 
 CHAT_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
 MAX_N = 128  # vLLM's own ceiling for parallel samples
+# Nesting allowed in a body: deeper than any real request (a tool's JSON schema nests a level
+# per object and its `properties`), and well inside the 254 levels orjson re-encodes for the
+# engine; a deeper body used to pass parsing and fail there with a 500.
+MAX_JSON_DEPTH = 64
+
+# Fields of OpenAI's API that vLLM accepts and ignores (or does not know), refused whatever
+# their value. reasoning_effort and parallel_tool_calls are not here: vLLM honours them.
+_REFUSED_FIELDS = {
+    "functions": "The legacy 'functions' parameter is not supported; use 'tools'.",
+    "function_call": "The legacy 'function_call' parameter is not supported; use 'tool_choice'.",
+    "prediction": "Predicted outputs ('prediction') are not supported.",
+    "audio": "Audio output ('audio') is not supported.",
+    "web_search_options": "Built-in web search ('web_search_options') is not supported.",
+}
+# service_tier values that ask for nothing beyond what every request gets.
+_DEFAULT_SERVICE_TIERS = frozenset({"auto", "default"})
 
 
 class Endpoint(StrEnum):
@@ -51,7 +69,7 @@ def _invalid(message: str, param: str | None, code: GatewayErrorCode) -> Invalid
 
 
 def parse_json(body: bytes) -> dict[str, Any]:
-    """Decode a JSON object body, or raise a 400."""
+    """Decode a JSON object body nested at most MAX_JSON_DEPTH levels, or raise a 400."""
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
@@ -64,7 +82,26 @@ def parse_json(body: bytes) -> dict[str, Any]:
         raise _invalid(
             "The request body must be a JSON object.", None, GatewayErrorCode.INVALID_TYPE
         )
+    # Nesting needs brackets: a body with few of them (nearly all) is not walked at all.
+    if body.count(b"[") + body.count(b"{") > MAX_JSON_DEPTH and _deeper_than(data, MAX_JSON_DEPTH):
+        raise _invalid(
+            f"The JSON body is nested deeper than {MAX_JSON_DEPTH} levels.",
+            None,
+            GatewayErrorCode.INVALID_JSON,
+        )
     return data
+
+
+def _deeper_than(data: dict[str, Any], limit: int) -> bool:
+    stack: list[tuple[Any, int]] = [(data, 1)]
+    while stack:
+        value, depth = stack.pop()
+        for child in value.values() if isinstance(value, dict) else value:
+            if isinstance(child, dict | list):
+                if depth >= limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
 
 
 def _optional_int(
@@ -119,11 +156,30 @@ def _check_messages(messages: Any) -> None:
         # An assistant message may carry tool calls instead of content.
         if content is None and role == "assistant":
             continue
-        if not isinstance(content, str | list):
+        if isinstance(content, list):
+            _check_content_parts(content, f"{param}.content")
+        elif not isinstance(content, str):
             raise _invalid(
                 f"'{param}.content' must be a string or an array of content parts.",
                 f"{param}.content",
                 GatewayErrorCode.INVALID_TYPE,
+            )
+
+
+def _check_content_parts(parts: list[Any], param: str) -> None:
+    """Each part an object with a string `type`, and text where a part has text: the gateway
+    reads it (screening, intent, the token count)."""
+    for index, part in enumerate(parts):
+        where = f"{param}[{index}]"
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            raise _invalid(
+                f"'{where}' must be an object with a string 'type'.",
+                where,
+                GatewayErrorCode.INVALID_TYPE,
+            )
+        if (part["type"] == "text" or "text" in part) and not isinstance(part.get("text"), str):
+            raise _invalid(
+                f"'{where}.text' must be a string.", f"{where}.text", GatewayErrorCode.INVALID_TYPE
             )
 
 
@@ -137,11 +193,8 @@ def _check_prompt(prompt: Any) -> None:
         and prompt
         and (
             all(isinstance(item, str) for item in prompt)
-            or all(isinstance(item, int) and not isinstance(item, bool) for item in prompt)
-            or all(
-                isinstance(item, list) and item and all(isinstance(t, int) for t in item)
-                for item in prompt
-            )
+            or _token_ids(prompt)
+            or all(isinstance(item, list) and item and _token_ids(item) for item in prompt)
         )
     )
     if not valid:
@@ -150,6 +203,45 @@ def _check_prompt(prompt: Any) -> None:
             "or an array of token-id arrays.",
             "prompt",
             GatewayErrorCode.INVALID_TYPE,
+        )
+
+
+def _token_ids(items: list[Any]) -> bool:
+    # bool is an int to Python, not a token id to anyone.
+    return all(type(item) is int and item >= 0 for item in items)
+
+
+def _refuse_unhonoured(data: dict[str, Any]) -> None:
+    """Refuse, naming it, a field of OpenAI's API that would be accepted and ignored."""
+    for name, message in _REFUSED_FIELDS.items():
+        if data.get(name) is not None:
+            raise _invalid(message, name, GatewayErrorCode.UNSUPPORTED_PARAMETER)
+    if data.get("store"):
+        raise _invalid(
+            "Stored completions ('store': true) are not supported.",
+            "store",
+            GatewayErrorCode.UNSUPPORTED_VALUE,
+        )
+    if data.get("metadata"):
+        raise _invalid(
+            "'metadata' is kept only with stored completions, which are not supported.",
+            "metadata",
+            GatewayErrorCode.UNSUPPORTED_PARAMETER,
+        )
+    tier = data.get("service_tier")
+    if tier is not None and tier not in _DEFAULT_SERVICE_TIERS:
+        raise _invalid(
+            "'service_tier' may only be 'auto' or 'default': a request's priority comes from "
+            "its API key.",
+            "service_tier",
+            GatewayErrorCode.UNSUPPORTED_VALUE,
+        )
+    modalities = data.get("modalities")
+    if modalities is not None and modalities != ["text"]:
+        raise _invalid(
+            "Only text output is supported: 'modalities' must be [\"text\"].",
+            "modalities",
+            GatewayErrorCode.UNSUPPORTED_VALUE,
         )
 
 
@@ -162,6 +254,7 @@ def validate_completion(endpoint: Endpoint, data: dict[str, Any]) -> CompletionR
         raise _invalid(
             "'model' must be a non-empty string.", "model", GatewayErrorCode.INVALID_TYPE
         )
+    _refuse_unhonoured(data)
     if endpoint is Endpoint.CHAT:
         _check_messages(data.get("messages"))
         max_tokens = _optional_int(data, "max_completion_tokens", 1)

@@ -22,6 +22,7 @@ from apps.hardware.errors import HardwareErrorCode
 from apps.hardware.fleet import NodeSnapshot
 from apps.hardware.services import node_heartbeat_record, node_token_authenticate_async
 from dmxplatform import metrics
+from dmxplatform.credentials import bearer
 from dmxplatform.errors import (
     ApplicationError,
     AuthenticationError,
@@ -85,13 +86,13 @@ class NodeHeartbeatEndpoint:
         await send_error(send, error, CHALLENGE if isinstance(error, AuthenticationError) else [])
 
     async def _record(self, scope: dict[str, Any], receive) -> NodeSnapshot:
-        scheme, _, credential = (header(scope, b"authorization") or b"").decode().partition(" ")
-        if scheme.lower() != "bearer" or not credential.strip():
+        credential = bearer(header(scope, b"authorization"))
+        if credential is None:
             raise AuthenticationError(
                 "A node token is required: Authorization: Bearer dmx-node-…",
                 code=NOT_AUTHENTICATED,
             )
-        token = await node_token_authenticate_async(redis=self._redis, plaintext=credential.strip())
+        token = await node_token_authenticate_async(redis=self._redis, plaintext=credential)
         body = await read_body(receive, MAX_HEARTBEAT_BYTES)
         try:
             heartbeat = Heartbeat.from_dict(orjson.loads(body))

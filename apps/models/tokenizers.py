@@ -43,6 +43,26 @@ def message_text(content: Any) -> str:
     return ""
 
 
+# Texts longer than this are counted with the batch API, which releases the GIL (a worker
+# thread counting a long prompt then leaves the event loop free) and keeps no offsets (a
+# million-token Encoding with them weighs hundreds of MB). Shorter ones take `encode`, which is
+# quicker for them.
+BATCH_COUNT_CHARS = 64 * 1024
+
+
+def prompt_chars(content: Any) -> int:
+    """The characters of a message's text, without joining its parts."""
+    if isinstance(content, str):
+        return len(content)
+    if isinstance(content, list):
+        return sum(
+            len(part["text"])
+            for part in content
+            if isinstance(part, dict) and isinstance(part.get("text"), str)
+        )
+    return 0
+
+
 class PromptCounter:
     """A loaded tokenizer and chat template; built once per tokenizer and shared."""
 
@@ -53,9 +73,22 @@ class PromptCounter:
         )
         self._bos = bos_token
         self._eos = eos_token
+        # One token covers at most this many characters of text: a vocabulary entry is at least
+        # as long as the text it stands for (a byte-level entry has a character per byte).
+        self.longest_token_chars = max(
+            (len(token) for token in self._tokenizer.get_vocab(with_added_tokens=True)),
+            default=1,
+        )
+
+    def min_tokens(self, chars: int) -> int:
+        """The fewest tokens text of `chars` characters can make: a bound known without
+        tokenizing, which refuses a prompt that cannot fit before paying for its count."""
+        return -(-chars // self.longest_token_chars)
 
     def count_text(self, text: str) -> int:
         """Return the token count of raw text, without special tokens."""
+        if len(text) > BATCH_COUNT_CHARS:
+            return len(self._tokenizer.encode_batch_fast([text], add_special_tokens=False)[0])
         return len(self._tokenizer.encode(text, add_special_tokens=False))
 
     def count_prompts(self, prompt: str | Sequence[Any]) -> list[int]:

@@ -1,7 +1,8 @@
 """Circuit breakers per node, shared by every gateway replica through Redis.
 
-Closed: traffic flows; consecutive failures (errors, timeouts, a first token later than
-DMX_BREAKER_SLOW_TTFT_SECONDS) are counted. At DMX_BREAKER_FAILURES it opens: no traffic. After
+Closed: traffic flows; consecutive failures (errors, timeouts, and a first token slower than the
+model allows that the node's load does not explain: slow_first_token) are counted. At
+DMX_BREAKER_FAILURES it opens: no traffic. After
 the cooldown it is half-open: the one gateway request that takes the probe key goes through;
 its success closes the breaker, its failure opens it again. Gateways read every breaker with
 their periodic state refresh; outcomes are written only when they change something (a failure,
@@ -55,6 +56,28 @@ class Breaker:
 
 
 CLOSED = Breaker(state=BreakerState.CLOSED, failures=0, opened_at=0.0)
+
+
+def slow_ttft_limit_ms(sla_ttft_p95_ms: int | None) -> float:
+    """A first token slower than this is slow for a breaker: DMX_BREAKER_SLOW_SLA_FACTOR times
+    the model's P95 target, or DMX_BREAKER_SLOW_TTFT_SECONDS for a model without one."""
+    if sla_ttft_p95_ms:
+        return sla_ttft_p95_ms * settings.DMX_BREAKER_SLOW_SLA_FACTOR
+    return settings.DMX_BREAKER_SLOW_TTFT_SECONDS * 1000
+
+
+def slow_first_token(
+    *, ttft_ms: float, limit_ms: float, others_on_node: int, healthy_alternatives: int
+) -> bool:
+    """Whether a first token counts as a failure of its node.
+
+    Only when it is slower than the limit on a node that had nothing else to do: waiting
+    behind other requests is load, which the router spreads and the admission queue sheds (503
+    with Retry-After), and a breaker opened by load takes capacity away exactly when it is short
+    (a burst of long prompts once closed the only healthy node for its cooldown). And never
+    when no other healthy node serves the model: slowness alone does not close the last one.
+    """
+    return ttft_ms > limit_ms and others_on_node == 0 and healthy_alternatives > 0
 
 
 class BreakerBoard:

@@ -17,6 +17,7 @@ class FleetView:
     def __init__(self, *, stale_after: float) -> None:
         self.stale_after = stale_after
         self._by_model: dict[str, list[NodeSnapshot]] = {}
+        self._by_id: dict[int, NodeSnapshot] = {}
         self.inflight: defaultdict[int, int] = defaultdict(int)
         # Bumped on every refresh; what is derived from node state is cached per generation.
         self.generation = 0
@@ -30,7 +31,12 @@ class FleetView:
         for nodes in by_model.values():
             nodes.sort(key=lambda node: node.id)
         self._by_model = dict(by_model)
+        self._by_id = {node.id: node for nodes in by_model.values() for node in nodes}
         self.generation += 1
+
+    def get(self, node_id: int) -> NodeSnapshot | None:
+        """A node's latest state, as of the last refresh."""
+        return self._by_id.get(node_id)
 
     def all_nodes(self) -> list[NodeSnapshot]:
         """Every registered node, of every model."""
@@ -63,3 +69,11 @@ class FleetView:
     def queued(self, node: NodeSnapshot) -> int:
         """Requests on a node: what it reported plus what this process sent since."""
         return node.num_requests_running + node.num_requests_waiting + self.inflight[node.id]
+
+    def others_on(self, node: NodeSnapshot) -> int:
+        """Requests on a node besides one of this process's in flight there: this process's
+        own others, or the engine's last count less that one, whichever is more (the engine
+        counts ours too, once they reach it; other gateways' only it sees)."""
+        latest = self.get(node.id) or node
+        engine = latest.num_requests_running + latest.num_requests_waiting
+        return max(self.inflight[node.id] - 1, engine - 1, 0)

@@ -18,6 +18,11 @@ DMX_UPSTREAM_READ_TIMEOUT = env_float("DMX_UPSTREAM_READ_TIMEOUT", 120.0, minimu
 DMX_UPSTREAM_POOL_PER_NODE = env_int("DMX_UPSTREAM_POOL_PER_NODE", 256, minimum=1)
 # Redis calls on the request path give up after this long, seconds.
 DMX_REDIS_TIMEOUT = env_float("DMX_REDIS_TIMEOUT", 1.0, minimum=0.05)
+# A completion request with a larger body is parsed, screened and counted in a worker thread
+# instead of on the event loop (the content filter takes about 0.1 ms per KB), bytes.
+DMX_LARGE_BODY_BYTES = env_int("DMX_LARGE_BODY_BYTES", 32 * 1024, minimum=0)
+# A request body (a prompt, a heartbeat) must arrive within this, seconds: 8 MiB at 4 Mbit/s.
+DMX_BODY_READ_TIMEOUT_SECONDS = env_float("DMX_BODY_READ_TIMEOUT_SECONDS", 20.0, minimum=0.1)
 # Retry-After sent with 503 when no node can serve, seconds.
 DMX_RETRY_AFTER_SECONDS = env_int("DMX_RETRY_AFTER_SECONDS", 2, minimum=1)
 

@@ -49,9 +49,13 @@ DMX_ADMISSION_QUEUE_MAX = env_int("DMX_ADMISSION_QUEUE_MAX", 256, minimum=0)
 DMX_ADMISSION_TIMEOUT_SECONDS = env_float("DMX_ADMISSION_TIMEOUT_SECONDS", 10.0, minimum=0.0)
 
 # Circuit breakers: this many consecutive failures open one; it stays open this long, then
-# lets one probe through; a time to first token above the last counts as a failure.
+# lets one probe through.
 DMX_BREAKER_FAILURES = env_int("DMX_BREAKER_FAILURES", 3, minimum=1)
 DMX_BREAKER_COOLDOWN_SECONDS = env_float("DMX_BREAKER_COOLDOWN_SECONDS", 10.0, minimum=0.1)
+# A first token slower than this many times its model's P95 target (or than the seconds below,
+# for a model without a target) counts as a failure, when the node had nothing else to do and
+# another healthy node serves the model (apps.routing.breaker.slow_first_token).
+DMX_BREAKER_SLOW_SLA_FACTOR = env_float("DMX_BREAKER_SLOW_SLA_FACTOR", 4.0, minimum=1.0)
 DMX_BREAKER_SLOW_TTFT_SECONDS = env_float("DMX_BREAKER_SLOW_TTFT_SECONDS", 2.0, minimum=0.01)
 
 # Canaries are judged after this many requests since they started.

@@ -7,14 +7,15 @@ from rest_framework.request import Request
 
 from apps.hardware.fleet import TokenRecord
 from apps.hardware.services import node_token_authenticate
+from dmxplatform.credentials import bearer
 
 
 class NodeTokenAuthentication(BaseAuthentication):
     def authenticate(self, request: Request) -> tuple[None, TokenRecord] | None:
-        scheme, _, credential = get_authorization_header(request).decode().partition(" ")
-        if scheme.lower() != "bearer" or not credential:
+        credential = bearer(get_authorization_header(request))
+        if credential is None:
             return None
-        return None, node_token_authenticate(plaintext=credential.strip())
+        return None, node_token_authenticate(plaintext=credential)
 
     def authenticate_header(self, request: Request) -> str:
         return 'Bearer realm="dmx-nodes"'
