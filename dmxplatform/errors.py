@@ -117,6 +117,12 @@ class UpstreamError(ApplicationError):
     default_code = "upstream_error"
 
 
+class GatewayTimeoutError(ApplicationError):
+    status = 504
+    error_type = "server_error"
+    default_code = "timeout"
+
+
 class ServiceUnavailableError(ApplicationError):
     status = 503
     error_type = "server_error"

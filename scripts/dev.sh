@@ -74,9 +74,8 @@ trap cleanup EXIT INT TERM
 set -m
 
 echo "==> starting the gateway on http://$GATEWAY_HOST:$GATEWAY_PORT"
-.venv/bin/uvicorn dmxplatform.asgi:application --host "$GATEWAY_HOST" --port "$GATEWAY_PORT" \
-  --loop uvloop --http httptools --lifespan on --no-access-log --no-proxy-headers --workers "${DMX_GATEWAY_WORKERS:-1}" \
-  > .run/gateway.log 2>&1 &
+.venv/bin/python -m dmxplatform.serve --host "$GATEWAY_HOST" --port "$GATEWAY_PORT" \
+  --workers "${DMX_GATEWAY_WORKERS:-1}" > .run/gateway.log 2>&1 &
 pids+=($!)
 
 echo "==> starting Celery (worker + beat)"

@@ -9,8 +9,11 @@ port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 if ! port_open 6379; then
   if command -v redis-server >/dev/null; then
-    echo "==> starting redis-server on 127.0.0.1:6379"
-    redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly no
+    # Append-only, as production must be: the usage streams survive a restart of it.
+    echo "==> starting redis-server on 127.0.0.1:6379 (append-only, data in .run/redis)"
+    mkdir -p .run/redis
+    redis-server --daemonize yes --bind 127.0.0.1 --port 6379 --save "" --appendonly yes \
+      --appendfsync everysec --dir "$PWD/.run/redis" --logfile "$PWD/.run/redis/redis.log"
     for _ in $(seq 1 50); do port_open 6379 && break; sleep 0.1; done
   else
     echo "Redis does not answer on 127.0.0.1:6379 and redis-server is not installed." >&2

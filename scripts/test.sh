@@ -21,6 +21,10 @@ export DMX_NODE_STALE_SECONDS=5
 export DMX_NODE_STALE_CHECK_SECONDS=0.5
 export DMX_USAGE_FLUSH_SECONDS=0.5
 export DMX_STATE_REFRESH_SECONDS=0.25
+# A body that stops arriving is refused after 2 s rather than 20.
+export DMX_BODY_READ_TIMEOUT_SECONDS=2
+# Spooled stream entries of this suite's processes only.
+export DMX_SPOOL_DIR=$PWD/.run/test-spool
 export HF_HUB_OFFLINE=1
 export PYTHONDONTWRITEBYTECODE=1
 

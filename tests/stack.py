@@ -28,14 +28,8 @@ WORKER_START_TIMEOUT = 180
 
 
 def gateway_argv(port: int) -> list[str]:
-    """The gateway's command line: one uvicorn process on uvloop and httptools."""
-    return [
-        str(ROOT / ".venv" / "bin" / "uvicorn"), "dmxplatform.asgi:application",
-        "--host", "127.0.0.1", "--port", str(port), "--loop", "uvloop", "--http", "httptools",
-        "--lifespan", "on", "--no-access-log",
-        # The gateway reads X-Forwarded-For itself, from DMX_TRUSTED_PROXIES only.
-        "--no-proxy-headers",
-    ]  # fmt: skip
+    """The gateway's command line: one process, as production runs it (dmxplatform.serve)."""
+    return [str(PLATFORM_PYTHON), "-m", "dmxplatform.serve", "--port", str(port)]
 
 
 def celery_argv(schedule: Path) -> list[str]:

@@ -39,13 +39,14 @@ def context_limit(model: ModelEntry, fleet: FleetView) -> int:
 
 
 def _prompt_chars(request: CompletionRequest) -> int:
-    """The prompt's characters (a batch's longest), or its length in token ids."""
+    """The prompt's characters (a batch's longest text; token ids are counted exactly, and
+    cheaply, by prompt_tokens)."""
     if request.endpoint is Endpoint.CHAT:
         return sum(prompt_chars(message.get("content")) for message in request.payload["messages"])
     prompt = request.payload["prompt"]
     if isinstance(prompt, str):
         return len(prompt)
-    return max(len(item) if isinstance(item, str | list) else 1 for item in prompt)
+    return max((len(item) for item in prompt if isinstance(item, str)), default=0)
 
 
 def check_context_bound(model: ModelEntry, request: CompletionRequest, limit: int) -> None:

@@ -58,6 +58,7 @@ from apps.routing.router import Decision, RouteRequest
 from dmxplatform import metrics
 from dmxplatform.errors import (
     ApplicationError,
+    GatewayTimeoutError,
     NotFoundError,
     ServiceUnavailableError,
     UpstreamError,
@@ -139,7 +140,8 @@ class CompletionCall:
         self.others_on_node = 0
         self.response_started = False
         self.settled = False
-        self._settlement: tuple[Awaitable[Any], bytes] | None = None  # submitted, unanswered
+        # Submitted to Redis, not answered yet: the reply, and the stream entries it carries.
+        self._settlement: tuple[Awaitable[Any], list[tuple[str, bytes]]] | None = None
 
     def mark(self, stage: str) -> None:
         now = time.perf_counter()
@@ -207,7 +209,7 @@ class CompletionCall:
                 runtime, ApplicationError("The server had an error while processing your request.")
             )
         finally:
-            await self._confirm_settlement()
+            await self._confirm_settlement(runtime)
             metrics.gateway_request_duration.labels(
                 self.endpoint.value,
                 str(self.http_status),
@@ -333,8 +335,22 @@ class CompletionCall:
             return
         await send_error(self.send, error, self.headers)
 
+    def _time_left(self) -> float:
+        return self._t0 + settings.DMX_REQUEST_TIMEOUT_SECONDS - time.perf_counter()
+
+    def _timed_out(self) -> GatewayTimeoutError:
+        self.outcome = UsageStatus.TIMED_OUT
+        return GatewayTimeoutError(
+            f"The request ran longer than {settings.DMX_REQUEST_TIMEOUT_SECONDS:g} seconds.",
+            code=GatewayErrorCode.REQUEST_TIMEOUT,
+        )
+
     async def _respond(self, runtime: GatewayRuntime, response: UpstreamResponse) -> None:
-        data = await response.read()
+        try:
+            async with asyncio.timeout(self._time_left()):
+                data = await response.read()
+        except TimeoutError:
+            raise self._timed_out() from None
         self.mark("upstream")
         self.first_token_at = time.perf_counter()
         data, self.usage, flags, blocked = filter_response(
@@ -349,7 +365,9 @@ class CompletionCall:
     async def _stream(self, runtime: GatewayRuntime, response: UpstreamResponse) -> None:
         relay = asyncio.ensure_future(self._relay(runtime, response))
         disconnect = asyncio.ensure_future(self._wait_disconnect())
-        done, _ = await asyncio.wait((relay, disconnect), return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(
+            (relay, disconnect), timeout=self._time_left(), return_when=asyncio.FIRST_COMPLETED
+        )
         if relay in done:
             disconnect.cancel()
             relay.result()
@@ -357,6 +375,9 @@ class CompletionCall:
         relay.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await relay
+        if not done:  # the request's time is up: end the stream, bill what was generated
+            disconnect.cancel()
+            raise self._timed_out()
         # The client left: charge what was generated; closing the response aborts vLLM's work.
         self.outcome = UsageStatus.CLIENT_DISCONNECTED
         self.http_status = 499  # nginx's "client closed request"
@@ -489,7 +510,7 @@ class CompletionCall:
     async def _settle(self, runtime: GatewayRuntime | None) -> None:
         """Settle and wait for Redis's answer (where nothing is left to send the client)."""
         await self._submit_settlement(runtime)
-        await self._confirm_settlement()
+        await self._confirm_settlement(runtime)
 
     async def _submit_settlement(self, runtime: GatewayRuntime | None) -> None:
         """Refund the reservation's excess and append the usage record; once per request.
@@ -515,25 +536,35 @@ class CompletionCall:
                 self.admission, refund=self.reserved - prompt - completion, events=events
             )
         except Exception:
-            _unrecorded(encoded)
+            _keep(runtime, self.request_id, events)
         else:
-            self._settlement = (reply, encoded)
+            self._settlement = (reply, events)
         if prompt or completion:
             metrics.gateway_tokens.labels(event.model, "prompt").inc(prompt)
             metrics.gateway_tokens.labels(event.model, "completion").inc(completion)
 
-    async def _confirm_settlement(self) -> None:
+    async def _confirm_settlement(self, runtime: GatewayRuntime | None) -> None:
         """Wait for Redis's answer to the settle call, if one is on its way."""
         if self._settlement is None:
             return
-        reply, encoded = self._settlement
+        reply, events = self._settlement
         self._settlement = None
         try:
             await reply
         except Exception:
-            _unrecorded(encoded)
+            # Maybe appended, maybe not: a replay of one that was is stored once.
+            _keep(runtime, self.request_id, events)
 
 
-def _unrecorded(event: bytes) -> None:
-    # Redis is gone mid-request: keep the record in the log, for `manage.py usage_replay`.
-    logger.error("%s %s", UNRECORDED, event.decode())
+def _keep(runtime: GatewayRuntime, request_id: str, events: list[tuple[str, bytes]]) -> None:
+    """Redis did not take the request's stream entries: spool them for the runtime to replay;
+    should the disk refuse too, log the usage record whole, for `manage.py usage_replay`."""
+    try:
+        runtime.spool.append(events)
+    except OSError as exc:
+        for key, payload in events:
+            if key == USAGE_STREAM.key():
+                logger.error("%s %s", UNRECORDED, payload.decode())
+        logger.error("request %s: stream entries neither in Redis nor spooled: %s", request_id, exc)
+    else:
+        logger.warning("request %s: Redis did not take its usage record; spooled", request_id)

@@ -15,12 +15,14 @@ import logging
 import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import TypeVar
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.conf import settings
-from redis.exceptions import RedisError
+from django.core.exceptions import ImproperlyConfigured
+from redis.exceptions import RedisError, ResponseError
 
 from apps.gateway import intent
 from apps.gateway.clients import trusted_networks
@@ -52,9 +54,11 @@ from apps.routing.selectors import routing_table_load
 from apps.routing.services import ROUTING_TABLE_VERSION_KEY
 from apps.routing.stats import GatewayStats
 from apps.routing.table import RoutingTable
+from dmxplatform import streams
 from dmxplatform.memory import release_memory
 from dmxplatform.redis_client import async_redis, resp_client, rkey
 from dmxplatform.resp import RedisUnavailable, RespError
+from dmxplatform.spool import Spool, replay
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -99,6 +103,7 @@ class GatewayRuntime:
         self.decision_sampler = DecisionSampler(settings.DMX_DECISION_LOG_PER_SECOND)
         self.trusted_proxies = trusted_networks(tuple(settings.DMX_TRUSTED_PROXIES))
         self.http: HttpPool | None = None
+        self.spool = Spool(Path(settings.DMX_SPOOL_DIR))
         # One thread for large prompts' CPU work: they wait for each other, not for the loop.
         self._large = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dmx-large-request")
         self._tasks: list[asyncio.Task] = []
@@ -109,6 +114,7 @@ class GatewayRuntime:
             read_timeout=settings.DMX_UPSTREAM_READ_TIMEOUT,
             max_idle_per_node=settings.DMX_UPSTREAM_POOL_PER_NODE,
         )
+        await self._check_persistence()
         await sync_to_async(intent.load, thread_sensitive=False)()
         sys.setswitchinterval(GIL_SWITCH_INTERVAL)
         await self.refresh()
@@ -124,6 +130,7 @@ class GatewayRuntime:
         ]
         if settings.DMX_ADMISSION_LEASE_REQUESTS:
             self._tasks.append(asyncio.create_task(self._lease_loop(), name="dmx-leases"))
+        self._tasks.append(asyncio.create_task(self._spool_loop(), name="dmx-spool"))
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -134,6 +141,7 @@ class GatewayRuntime:
         if self.http is not None:
             await self.http.close()
         self._large.shutdown(wait=False, cancel_futures=True)
+        self.spool.close()
         try:
             await self.limiter.end_leases(everything=True)
         except (RedisUnavailable, RespError) as exc:
@@ -141,6 +149,24 @@ class GatewayRuntime:
         await self.redis.aclose()
         await self.fast_redis.close()
         await self._listener.aclose()
+
+    async def _check_persistence(self) -> None:
+        """Refuse (or, with DMX_REDIS_REQUIRE_AOF off, warn about) a Redis that keeps no
+        append-only file: a restart of it would lose the usage records in its streams."""
+        try:
+            appendonly = (await self.redis.config_get("appendonly")).get("appendonly")
+        except ResponseError:
+            logger.warning("cannot read Redis's persistence (CONFIG is off); make sure it is AOF")
+            return
+        if appendonly == "yes":
+            return
+        message = (
+            "the Redis at REDIS_URL keeps no append-only file (appendonly no), so a restart of "
+            "it loses the usage records waiting in its streams: run it with appendonly yes"
+        )
+        if settings.DMX_REDIS_REQUIRE_AOF:
+            raise ImproperlyConfigured(message + " (or set DMX_REDIS_REQUIRE_AOF=0)")
+        logger.warning(message)
 
     async def refresh(self) -> None:
         """Reload node state and breakers; rebuild the catalog, the content filter and the
@@ -235,6 +261,19 @@ class GatewayRuntime:
                 await self.limiter.end_leases()
             except (RedisUnavailable, RespError) as exc:
                 logger.warning("leases not given back: %s", exc)
+
+    async def _spool_loop(self) -> None:
+        """Put spooled stream entries (this process's and dead processes') on their streams
+        whenever Redis answers."""
+        while True:
+            try:
+                if self.spool.pending():
+                    await replay(self.spool, self.redis, field=streams.FIELD)
+            except (RedisError, OSError) as exc:
+                logger.warning("spooled entries wait: %s", exc)
+            except Exception:
+                logger.exception("spool replay failed")
+            await asyncio.sleep(settings.DMX_SPOOL_REPLAY_SECONDS)
 
     async def _invalidation_loop(self) -> None:
         while True:

@@ -7,6 +7,7 @@ class UsageStatus(models.TextChoices):
     UPSTREAM_ERROR = "upstream_error", "Upstream error"
     REJECTED = "rejected", "Rejected"
     CONTENT_FILTERED = "content_filtered", "Stopped by the content filter"
+    TIMED_OUT = "timed_out", "Ran past the request timeout"
 
 
 class PriorityTier(models.IntegerChoices):

@@ -23,6 +23,13 @@ DMX_REDIS_TIMEOUT = env_float("DMX_REDIS_TIMEOUT", 1.0, minimum=0.05)
 DMX_LARGE_BODY_BYTES = env_int("DMX_LARGE_BODY_BYTES", 32 * 1024, minimum=0)
 # A request body (a prompt, a heartbeat) must arrive within this, seconds: 8 MiB at 4 Mbit/s.
 DMX_BODY_READ_TIMEOUT_SECONDS = env_float("DMX_BODY_READ_TIMEOUT_SECONDS", 20.0, minimum=0.1)
+# A completion request, streamed or not, ends after this long, seconds (OpenAI's client gives up
+# after 600 s too); a stream cut off here ends with an error event and is billed what it made.
+DMX_REQUEST_TIMEOUT_SECONDS = env_float("DMX_REQUEST_TIMEOUT_SECONDS", 600.0, minimum=1.0)
+# A gateway told to stop waits for its requests this much longer than the longest may take.
+DMX_GATEWAY_SHUTDOWN_MARGIN_SECONDS = env_float(
+    "DMX_GATEWAY_SHUTDOWN_MARGIN_SECONDS", 30.0, minimum=0.0
+)
 # Retry-After sent with 503 when no node can serve, seconds.
 DMX_RETRY_AFTER_SECONDS = env_int("DMX_RETRY_AFTER_SECONDS", 2, minimum=1)
 

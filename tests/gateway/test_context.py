@@ -2,7 +2,7 @@
 
 import pytest
 
-from apps.gateway.context import check_context, context_limit
+from apps.gateway.context import check_context, check_context_bound, context_limit
 from apps.gateway.schemas import Endpoint, validate_completion
 from dmxplatform.errors import InvalidRequestError
 from tests.routing.factories import make_fleet, make_model_entry, make_snapshot
@@ -41,3 +41,49 @@ def test_check_context_names_the_reduced_limit():
     with pytest.raises(InvalidRequestError):
         check_context(MODEL, request(max_tokens=200), 400, 500)
     check_context(MODEL, request(max_tokens=100), 400, 500)
+
+
+class RefusingCounter:
+    """A tokenizer that must not be asked: the bound alone decides."""
+
+    longest_token_chars = 10
+
+    def min_tokens(self, chars: int) -> int:
+        return -(-chars // self.longest_token_chars)
+
+    def count_chat(self, messages):
+        raise AssertionError("tokenized a prompt the bound refuses")
+
+
+def test_a_prompt_too_long_for_any_tokenization_is_refused_without_tokenizing():
+    model = make_model_entry(max_context_tokens=1000, counter=RefusingCounter())
+    fits_by_bound = validate_completion(
+        Endpoint.CHAT, {"model": "m", "messages": [{"role": "user", "content": "x" * 9990}]}
+    )
+    check_context_bound(model, fits_by_bound, 1000)  # 999 tokens at least: may fit
+    huge = {
+        "model": "m",
+        "messages": [
+            {"role": "system", "content": "s" * 6000},
+            {"role": "user", "content": [{"type": "text", "text": "u" * 4000}]},
+        ],
+    }
+    with pytest.raises(InvalidRequestError) as error:
+        check_context_bound(model, validate_completion(Endpoint.CHAT, huge), 1000)
+    assert error.value.code == "context_length_exceeded"
+    assert "at least 1000 tokens" in error.value.message
+    with_completion = {**huge, "messages": huge["messages"][:1], "max_tokens": 500}
+    with pytest.raises(InvalidRequestError) as error:
+        check_context_bound(model, validate_completion(Endpoint.CHAT, with_completion), 1000)
+    assert "at least 1100 tokens (at least 600 in the messages, 500 in the completion)" in (
+        error.value.message
+    )
+
+
+def test_the_bound_reads_the_longest_prompt_of_a_batch():
+    model = make_model_entry(max_context_tokens=100, counter=RefusingCounter())
+    batch = validate_completion(Endpoint.COMPLETIONS, {"model": "m", "prompt": ["a", "b" * 1000]})
+    with pytest.raises(InvalidRequestError):
+        check_context_bound(model, batch, 100)
+    ids = validate_completion(Endpoint.COMPLETIONS, {"model": "m", "prompt": list(range(99))})
+    check_context_bound(model, ids, 100)

@@ -1,3 +1,4 @@
+import orjson
 import pytest
 
 from apps.gateway.schemas import Endpoint, parse_json, validate_completion
@@ -64,3 +65,90 @@ def test_parse_json():
     for body in (b"", b"nul", b"[]", b'"s"'):
         with pytest.raises(InvalidRequestError):
             parse_json(body)
+
+
+@pytest.mark.parametrize("text", [5, None, ["hi"], {"t": "hi"}])
+@pytest.mark.parametrize("role", ["user", "system"])
+def test_a_content_part_whose_text_is_not_a_string_is_400(role, text):
+    """It used to pass here and fail in the token count with a 500."""
+    parts = [{"type": "text", "text": "ok"}, {"type": "text", "text": text}]
+    messages = [{"role": role, "content": parts}]
+    with pytest.raises(InvalidRequestError) as error:
+        validate_completion(Endpoint.CHAT, chat(messages=messages))
+    assert error.value.param == "messages[0].content[1].text"
+    assert error.value.code == "invalid_type"
+
+
+@pytest.mark.parametrize("part", ["hi", 3, {"text": "no type"}, {"type": 7}])
+def test_a_content_part_must_be_an_object_with_a_type(part):
+    messages = [{"role": "user", "content": [part]}]
+    with pytest.raises(InvalidRequestError) as error:
+        validate_completion(Endpoint.CHAT, chat(messages=messages))
+    assert error.value.param == "messages[0].content[0]"
+
+
+def test_non_text_parts_pass_to_the_engine():
+    parts = [{"type": "text", "text": "what?"}, {"type": "image_url", "image_url": {"url": "x"}}]
+    assert validate_completion(Endpoint.CHAT, chat(messages=[{"role": "user", "content": parts}]))
+
+
+def nested(depth: int) -> bytes:
+    """A chat body whose deepest value sits `depth` containers down."""
+    inner = "[" * (depth - 1) + "]" * (depth - 1)
+    return f'{{"model": "m", "messages": [], "x": {inner}}}'.encode()
+
+
+@pytest.mark.parametrize("depth", [65, 255, 1023])
+def test_json_nested_deeper_than_the_bound_is_refused_at_parse(depth):
+    """orjson reads 1,024 levels and writes 254: bodies in between used to fail at the engine
+    hop with a 500."""
+    with pytest.raises(InvalidRequestError) as error:
+        parse_json(nested(depth))
+    assert error.value.code == "invalid_json"
+
+
+def test_json_within_the_bound_parses():
+    assert parse_json(nested(64))["model"] == "m"
+    # Many brackets, little depth: the walk says so.
+    wide = {"model": "m", "prompt": [[1, 2]] * 500}
+    assert len(parse_json(orjson.dumps(wide))["prompt"]) == 500
+
+
+@pytest.mark.parametrize("prompt", [[[True, False]], [[1, True]], [[-1]], [False]])
+def test_booleans_and_negative_numbers_are_not_token_ids(prompt):
+    with pytest.raises(InvalidRequestError) as error:
+        validate_completion(Endpoint.COMPLETIONS, {"model": "m", "prompt": prompt})
+    assert error.value.param == "prompt"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "code"),
+    [
+        ("functions", [{"name": "f", "parameters": {}}], "unsupported_parameter"),
+        ("function_call", "auto", "unsupported_parameter"),
+        ("prediction", {"type": "content", "content": "x"}, "unsupported_parameter"),
+        ("audio", {"voice": "alloy", "format": "mp3"}, "unsupported_parameter"),
+        ("web_search_options", {}, "unsupported_parameter"),
+        ("store", True, "unsupported_value"),
+        ("metadata", {"customer": "a"}, "unsupported_parameter"),
+        ("service_tier", "flex", "unsupported_value"),
+        ("service_tier", "priority", "unsupported_value"),
+        ("modalities", ["text", "audio"], "unsupported_value"),
+    ],
+)
+def test_fields_no_engine_honours_are_refused_by_name(field, value, code):
+    with pytest.raises(InvalidRequestError) as error:
+        validate_completion(Endpoint.CHAT, chat(**{field: value}))
+    assert (error.value.param, error.value.code) == (field, code)
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"store": False, "metadata": {}, "service_tier": "auto"},
+        {"service_tier": "default", "modalities": ["text"]},
+        {"reasoning_effort": "low", "parallel_tool_calls": False},  # vLLM honours these
+    ],
+)
+def test_fields_that_ask_for_nothing_unsupported_pass(fields):
+    assert validate_completion(Endpoint.CHAT, chat(**fields)).payload.items() >= fields.items()

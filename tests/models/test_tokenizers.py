@@ -74,3 +74,19 @@ def test_template_exceptions_become_chat_template_errors():
     )
     with pytest.raises(ChatTemplateError, match="roles must alternate"):
         counter.count_chat([{"role": "user", "content": "x"}])
+
+
+def test_the_longest_token_bounds_the_count_from_below(counter):
+    assert counter.longest_token_chars >= len("<|begin_of_text|>")
+    for text in ("hello world " * 300, "你好，世界" * 200, "x" * 5000, "<|im_start|>" * 50):
+        assert counter.min_tokens(len(text)) <= counter.count_text(text)
+
+
+def test_long_texts_are_counted_as_short_ones_are(counter):
+    """Texts past BATCH_COUNT_CHARS take the batch API (GIL released, no offsets kept)."""
+    from apps.models import tokenizers
+
+    text = "The quick brown fox, 你好. " * (tokenizers.BATCH_COUNT_CHARS // 20)
+    assert len(text) > tokenizers.BATCH_COUNT_CHARS
+    single = len(counter._tokenizer.encode(text, add_special_tokens=False))
+    assert counter.count_text(text) == single

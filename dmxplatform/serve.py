@@ -1,0 +1,51 @@
+"""Run the gateway: uvicorn with the flags the platform needs, and a shutdown bound that follows
+the longest request.
+
+    python -m dmxplatform.serve [--host H] [--port P] [--workers N] [--log-level L]
+
+On SIGTERM uvicorn stops accepting connections and waits for the requests in flight; the wait is
+bounded at DMX_REQUEST_TIMEOUT_SECONDS plus DMX_GATEWAY_SHUTDOWN_MARGIN_SECONDS, so a stream is
+never cut by a shutdown that could have waited for it, and a stuck one cannot hold the process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import uvicorn
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dmxplatform.settings")
+
+
+def main(argv: list[str] | None = None) -> None:
+    from django.conf import settings
+
+    parser = argparse.ArgumentParser(prog="python -m dmxplatform.serve")
+    parser.add_argument("--host", default=os.environ.get("DMX_GATEWAY_HOST", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("DMX_GATEWAY_PORT", "8000")))
+    parser.add_argument(
+        "--workers", type=int, default=int(os.environ.get("DMX_GATEWAY_WORKERS", "1"))
+    )
+    parser.add_argument("--log-level", default="info")
+    args = parser.parse_args(argv)
+    uvicorn.run(
+        "dmxplatform.asgi:application",
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        loop="uvloop",
+        http="httptools",
+        lifespan="on",
+        access_log=False,
+        # The gateway reads X-Forwarded-For itself, from DMX_TRUSTED_PROXIES only.
+        proxy_headers=False,
+        log_level=args.log_level,
+        timeout_graceful_shutdown=int(
+            settings.DMX_REQUEST_TIMEOUT_SECONDS + settings.DMX_GATEWAY_SHUTDOWN_MARGIN_SECONDS
+        ),
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""Durable streams against real Redis and PostgreSQL: an entry the database refuses is parked with
+its reason and never holds back the entries behind it; an outage leaves everything pending."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+from prometheus_client import generate_latest
+
+from apps.keys import ledger
+from apps.keys.models import ApiKey, UsageRecord
+from apps.keys.services import usage_flush
+from dmxplatform import streams
+from dmxplatform.redis_client import sync_redis
+from tests.keys.factories import make_api_key
+from tests.keys.test_ledger import append, event
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _own_redis_keys(private_redis):
+    """These tests' Redis keys are their own (tests/conftest.py)."""
+
+
+def parked_reasons() -> dict[str, str]:
+    return {
+        ledger.UsageEvent.decode(entry.payload).request_id: entry.reason
+        for entry in streams.parked(ledger.USAGE_STREAM)
+    }
+
+
+@pytest.mark.parametrize(
+    "poison",
+    [
+        pytest.param({"model": "dmx\x00tiny"}, id="nul-in-text"),
+        pytest.param({"model": "m" * 129}, id="longer-than-its-column"),
+        pytest.param({"content_flags": ["a\x00b"]}, id="nul-in-json"),
+        pytest.param({"api_key_id": 10**12}, id="refers-to-nothing"),
+    ],
+)
+def test_an_entry_the_database_refuses_is_parked_and_the_rest_arrive(poison):
+    """One such event used to stop the ledger for everyone: the drain took PostgreSQL's refusal
+    for an outage and retried the same batch forever."""
+    key, _ = make_api_key()
+    before = [event(key) for _ in range(3)]
+    bad = event(key, **poison)
+    after = [event(key) for _ in range(3)]
+    append(*before, bad, *after)
+
+    assert usage_flush() == 6
+    stored = set(UsageRecord.objects.filter(api_key=key).values_list("request_id", flat=True))
+    assert stored == {e.request_id for e in before + after}
+    reasons = parked_reasons()
+    assert list(reasons) == [bad.request_id]
+    assert reasons[bad.request_id]  # the database's own words, for the operator
+    assert sync_redis().xlen(ledger.stream_key()) == 0
+    # The ledger goes on: the next request is stored as usual.
+    later = event(key)
+    append(later)
+    assert usage_flush() == 1
+    assert UsageRecord.objects.filter(request_id=later.request_id).exists()
+
+
+def test_batches_behind_a_bad_entry_are_drained_in_the_same_flush():
+    key, _ = make_api_key()
+    events = [event(key) for _ in range(7)]
+    events[1] = event(key, model="\x00")
+    append(*events)
+    assert streams.drain(ledger.USAGE_STREAM, _store_usage, batch_size=3) == 6
+    assert sync_redis().xlen(ledger.stream_key()) == 0
+
+
+def _store_usage(pairs):
+    from apps.keys.services import _usage_store
+
+    return _usage_store(pairs)
+
+
+def test_an_unreadable_entry_is_parked_with_why():
+    key, _ = make_api_key()
+    good = event(key)
+    sync_redis().xadd(ledger.stream_key(), {streams.FIELD: b"{not json"})
+    append(good)
+    assert usage_flush() == 1
+    (parked,) = streams.parked(ledger.USAGE_STREAM)
+    assert parked.payload == b"{not json"
+    assert parked.reason.startswith("unreadable usage event")
+
+
+def test_an_outage_parks_nothing(monkeypatch):
+    """Only a database that does not answer is an outage: then nothing is parked, all waits."""
+    key, _ = make_api_key()
+    append(event(key), event(key, model="\x00"))
+    monkeypatch.setattr(streams, "database_answers", lambda: False)
+    assert usage_flush() == 0
+    assert streams.parked(ledger.USAGE_STREAM) == []
+    assert sync_redis().xlen(ledger.stream_key()) == 2
+    monkeypatch.undo()
+    assert usage_flush() == 1
+    assert len(streams.parked(ledger.USAGE_STREAM)) == 1
+
+
+def test_requeued_entries_are_stored_once_their_cause_is_fixed():
+    key, _ = make_api_key()
+    orphan = event(key)
+    fields = {f.attname: getattr(key, f.attname) for f in ApiKey._meta.concrete_fields}
+    key.delete()  # an operator deleted the key while its last request was in the buffer
+    append(orphan)
+    usage_flush()
+    (parked,) = streams.parked(ledger.USAGE_STREAM)
+    assert "IntegrityError" in parked.reason
+    ApiKey.objects.create(**fields)  # ... and restored it
+    assert streams.parked_requeue(ledger.USAGE_STREAM, [parked.id]) == 1
+    assert usage_flush() == 1
+    assert UsageRecord.objects.filter(request_id=orphan.request_id).count() == 1
+    assert streams.parked(ledger.USAGE_STREAM) == []
+
+
+def test_backlog_age_and_parked_entries_are_gauges_at_metrics():
+    key, _ = make_api_key()
+    append(event(key, model="\x00"))
+    usage_flush()
+    append(event(key), event(key))
+    text = generate_latest().decode()
+    assert 'dmx_stream_backlog_entries{stream="usage.stream"} 2.0' in text
+    assert 'dmx_stream_parked_entries{stream="usage.stream"} 1.0' in text
+    assert 'dmx_stream_oldest_entry_age_seconds{stream="usage.stream"}' in text
+    assert 'dmx_stream_backlog_entries{stream="routing.decisions"} 0.0' in text
+
+
+def test_the_admin_lists_parked_entries_and_puts_them_back(admin_client):
+    key, _ = make_api_key()
+    bad = event(key, model="m" * 200)
+    append(bad)
+    usage_flush()
+    page = admin_client.get(reverse("admin:platform_parked"))
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert bad.request_id in html
+    assert "DataError" in html  # the reason PostgreSQL gave
+    index = admin_client.get(reverse("admin:index")).content.decode()
+    assert reverse("admin:platform_parked") in index
+
+    (parked,) = streams.parked(ledger.USAGE_STREAM)
+    reply = admin_client.post(
+        reverse("admin:platform_parked"),
+        {"stream": ledger.USAGE_STREAM.label, "entry": parked.id.decode(), "action": "requeue"},
+    )
+    assert reply.status_code == 302
+    assert streams.parked(ledger.USAGE_STREAM) == []
+    assert sync_redis().xlen(ledger.stream_key()) == 1
+    usage_flush()  # still too long: parked again, with its reason
+    assert list(parked_reasons()) == [bad.request_id]
+    (again,) = streams.parked(ledger.USAGE_STREAM)
+    admin_client.post(
+        reverse("admin:platform_parked"),
+        {"stream": ledger.USAGE_STREAM.label, "entry": again.id.decode(), "action": "discard"},
+    )
+    assert streams.parked(ledger.USAGE_STREAM) == []
+
+
+def test_only_superusers_act_on_parked_entries(client, django_user_model):
+    staff = django_user_model.objects.create_user("ops", password="pw-12345678", is_staff=True)
+    client.force_login(staff)
+    assert client.get(reverse("admin:platform_parked")).status_code == 200
+    reply = client.post(
+        reverse("admin:platform_parked"),
+        {"stream": ledger.USAGE_STREAM.label, "entry": "0-1", "action": "discard"},
+    )
+    assert reply.status_code == 403
