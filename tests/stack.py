@@ -139,10 +139,12 @@ class Worker(Service):
 
 
 class Stack:
-    """The platform's processes for one test session."""
+    """The platform's processes for one test session (or, `name`d, a test's private stack:
+    its logs and Celery's schedule apart from the session's)."""
 
-    def __init__(self, *, env: dict[str, str]) -> None:
+    def __init__(self, *, env: dict[str, str], name: str = "") -> None:
         self.env = env
+        self.prefix = f"{name}-" if name else ""
         self.gateways: list[str] = []
         self.services: list[Service] = []
 
@@ -157,7 +159,7 @@ class Stack:
 
     def start_gateway(self) -> Service:
         """Start one more gateway replica; every replica shares the same Redis and database."""
-        gateway, url = self.spare_gateway(f"gateway-{len(self.gateways) + 1}")
+        gateway, url = self.spare_gateway(f"{self.prefix}gateway-{len(self.gateways) + 1}")
         self.services.append(gateway)
         self.gateways.append(url)
         return gateway
@@ -176,10 +178,21 @@ class Stack:
         return gateway, url
 
     def start_celery(self) -> Service:
-        return self._add(Service("celery", celery_argv(LOG_DIR / "celerybeat-schedule"), self.env))
+        schedule = LOG_DIR / f"{self.prefix}celerybeat-schedule"
+        return self._add(Service(f"{self.prefix}celery", celery_argv(schedule), self.env))
 
-    def start_worker(self, *, model_name: str, node_token: str, version: str = "v1") -> Worker:
-        port = free_port()
+    def start_worker(
+        self,
+        *,
+        model_name: str,
+        node_token: str,
+        version: str = "v1",
+        port: int | None = None,
+        attach: str | None = None,
+    ) -> Worker:
+        """Start an inference worker; on `port` again (same node, same run directory) to
+        restart one, or attached to the OpenAI-compatible server at `attach`."""
+        port = port or free_port()
         run_dir = ROOT / ".run" / "test-workers" / f"{model_name}-{version}-{port}"
         argv = [
             str(WORKER_PYTHON),
@@ -201,6 +214,7 @@ class Stack:
             str(run_dir),
             "--drain-timeout",
             "10",
+            *(("--attach", attach) if attach else ()),
             "--",
             "--enforce-eager",
             "--max-num-seqs",
@@ -213,7 +227,7 @@ class Stack:
             VLLM_CPU_OMP_THREADS_BIND="nobind",
             OMP_NUM_THREADS="1",
         )
-        worker = Worker(f"worker-{model_name}-{port}", argv, env, run_dir)
+        worker = Worker(f"{self.prefix}worker-{model_name}-{port}", argv, env, run_dir)
         self._add(worker)
         worker.port = port
         worker.node_name = f"test-{model_name}-{port}"

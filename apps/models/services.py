@@ -19,13 +19,21 @@ def catalog_invalidate() -> None:
 
 
 def llm_model_create(
-    *, name: str, max_context_tokens: int, description: str = "", owned_by: str = "dmx"
+    *,
+    name: str,
+    max_context_tokens: int,
+    description: str = "",
+    owned_by: str = "dmx",
+    sla_ttft_p95_ms: int | None = None,
+    sla_latency_p95_ms: int | None = None,
 ) -> LlmModel:
     model = LlmModel(
         name=name,
         max_context_tokens=max_context_tokens,
         description=description,
         owned_by=owned_by,
+        sla_ttft_p95_ms=sla_ttft_p95_ms,
+        sla_latency_p95_ms=sla_latency_p95_ms,
     )
     model.full_clean()
     model.save()

@@ -79,3 +79,38 @@ def test_requests_are_served_and_recorded_exactly_once_across_an_outage(platform
     assert daily.requests == len(ids) + 2
     assert daily.completion_tokens == 3 * (len(ids) + 2)
     assert daily.prompt_tokens == sum(r.prompt_tokens for r in records)
+
+
+def test_an_event_postgresql_refuses_is_parked_and_the_rest_arrive(platform, committed):
+    """Such an event once stopped the ledger for every tenant. The gateway no longer makes one
+    (it escapes and cuts what a client sends), so it is put on the stream here by hand."""
+    from apps.keys.ledger import USAGE_STREAM, UsageEvent
+    from dmxplatform import streams
+    from tests.faults import assert_recorded_once, send_chat
+
+    key, secret = make_api_key()
+    sent = [send_chat(platform.api_url, secret, BODY) for _ in range(3)]
+    poison = UsageEvent(
+        request_id="req_poison_" + secret[-12:],
+        api_key_id=key.id,
+        tenant_id=key.tenant_id,
+        created_at=time.time(),
+        endpoint="chat.completions",
+        model="dmx\x00tiny",
+        status="ok",
+        http_status=200,
+    )
+    sync_redis().xadd(ledger.stream_key(), {streams.FIELD: poison.encode()})
+    sent += [send_chat(platform.api_url, secret, BODY) for _ in range(3)]
+    assert [s.status for s in sent] == [200] * 6
+    assert_recorded_once(sent, key=key)
+
+    parked = [
+        entry
+        for entry in streams.parked(USAGE_STREAM)
+        if UsageEvent.decode(entry.payload).request_id == poison.request_id
+    ]
+    assert len(parked) == 1 and parked[0].reason
+    metrics = call("GET", platform.url + "/metrics").body.decode()
+    assert 'dmx_stream_parked_entries{stream="usage.stream"}' in metrics
+    streams.parked_discard(USAGE_STREAM, [parked[0].id])  # the suite's other checks start clean

@@ -5,10 +5,11 @@ from apps.models.services import llm_model_create, model_version_create
 
 
 def make_model(
-    name: str, *, max_context_tokens: int = 2048, version: str = "v1"
+    name: str, *, max_context_tokens: int = 2048, version: str = "v1", **targets
 ) -> tuple[LlmModel, ModelVersion]:
+    """`targets`: sla_ttft_p95_ms, sla_latency_p95_ms."""
     model = LlmModel.objects.filter(name=name).first() or llm_model_create(
-        name=name, max_context_tokens=max_context_tokens
+        name=name, max_context_tokens=max_context_tokens, **targets
     )
     existing = ModelVersion.objects.filter(model=model, tag=version).first()
     return model, existing or model_version_create(model=model, tag=version)

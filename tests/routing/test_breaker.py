@@ -6,6 +6,7 @@ from apps.routing.breaker import BreakerBoard, BreakerState, breakers_key
 from apps.routing.services import breaker_reset
 from dmxplatform.redis_client import sync_redis
 from tests.keys.factories import run_with_redis
+from tests.routing.factories import make_model_entry, make_snapshot
 
 
 @pytest.fixture(autouse=True)
@@ -96,3 +97,64 @@ def test_an_operator_can_reset_a_breaker(settings):
     assert sync_redis().hexists(breakers_key(), "7")
     breaker_reset(node_id=7)
     assert not sync_redis().hexists(breakers_key(), "7")
+
+
+def slow_outcomes(settings, *, nodes, node, others_inflight=0, sla_ms=None, ttft_ms=5000.0):
+    """Three slow first tokens on `node` observed by a gateway runtime; the breaker's state."""
+    from apps.gateway.runtime import GatewayRuntime
+
+    settings.DMX_BREAKER_FAILURES = 3
+    settings.DMX_BREAKER_SLOW_TTFT_SECONDS = 2.0
+    settings.DMX_BREAKER_SLOW_SLA_FACTOR = 4.0
+
+    async def scenario(redis):
+        runtime = GatewayRuntime()
+        runtime.breakers = BreakerBoard(redis)
+        runtime.fleet.replace({str(n.id).encode(): n.encode() for n in nodes})
+        runtime.fleet.inflight[node.id] = 1 + others_inflight  # ours and the others
+        model = make_model_entry(sla_ttft_p95_ms=sla_ms)
+        for _ in range(3):
+            await runtime.observe(
+                node,
+                failed=False,
+                ttft_ms=ttft_ms,
+                model=model,
+                others_on_node=runtime.fleet.others_on(node),
+            )
+        return (await refreshed(redis, BreakerBoard(redis))).state(node.id)
+
+    return run_with_redis(scenario)
+
+
+def test_slow_first_tokens_on_an_idle_node_open_it_when_another_can_serve(settings):
+    sick, healthy = make_snapshot(), make_snapshot()
+    assert slow_outcomes(settings, nodes=[sick, healthy], node=sick) is BreakerState.OPEN
+
+
+def test_slowness_behind_other_requests_is_load_not_failure(settings):
+    """A burst queues on the node: its first tokens come late, and that is no reason to take
+    the node away (it once closed the only healthy one for ten seconds)."""
+    busy, other = make_snapshot(), make_snapshot()
+    assert (
+        slow_outcomes(settings, nodes=[busy, other], node=busy, others_inflight=5)
+        is BreakerState.CLOSED
+    )
+    engine_busy = make_snapshot(num_requests_running=4, num_requests_waiting=9)
+    assert (
+        slow_outcomes(settings, nodes=[engine_busy, other], node=engine_busy) is BreakerState.CLOSED
+    )
+
+
+def test_the_last_healthy_node_is_never_opened_on_slowness_alone(settings):
+    lone = make_snapshot(model="lonely")
+    assert slow_outcomes(settings, nodes=[lone], node=lone) is BreakerState.CLOSED
+    stale = make_snapshot(model="lonely", heartbeat_at=0.0)  # not live: no alternative
+    assert slow_outcomes(settings, nodes=[lone, stale], node=lone) is BreakerState.CLOSED
+
+
+def test_slow_is_relative_to_the_models_target(settings):
+    a, b = make_snapshot(), make_snapshot()
+    # 5 s against a 2 s target: 2.5 times it, under the factor of 4.
+    assert slow_outcomes(settings, nodes=[a, b], node=a, sla_ms=2000) is BreakerState.CLOSED
+    # 5 s against a 1 s target: five times it.
+    assert slow_outcomes(settings, nodes=[a, b], node=a, sla_ms=1000) is BreakerState.OPEN
