@@ -42,7 +42,7 @@ from apps.gateway.outputs import StreamEditor, filter_response
 from apps.gateway.prompts import affinity_key, intent_text, screen_prompt
 from apps.gateway.runtime import GatewayRuntime, get_runtime
 from apps.gateway.schemas import CompletionRequest, Endpoint, parse_json, validate_completion
-from apps.gateway.upstream import connect, upstream_error
+from apps.gateway.upstream import connect, stream_error, upstream_error
 from apps.gateway.upstream_http import UpstreamConnectionError, UpstreamResponse
 from apps.hardware.fleet import NodeSnapshot
 from apps.keys.choices import UsageStatus
@@ -388,6 +388,61 @@ class CompletionCall:
             pass
 
     async def _relay(self, runtime: GatewayRuntime, response: UpstreamResponse) -> None:
+        editor = self.editor = StreamEditor(
+            runtime.content_filter, endpoint=self.endpoint, include_usage=self.request.include_usage
+        )
+        splitter = sse.EventSplitter()
+        # Events before the first token (vLLM's role chunk) wait: should the engine refuse the
+        # request instead, the client then gets the refusal's own status, as unstreamed.
+        held: list[bytes] = []
+        async for chunk in response.chunks():
+            for event in splitter.feed(chunk):
+                data = sse.data_of(event)
+                if data is None:
+                    continue
+                if data == sse.DONE:
+                    await self._submit_settlement(runtime)
+                    held.append(sse.encode(sse.DONE))
+                    continue
+                if data.startswith(b'{"error"'):
+                    held.append(await self._stream_error(runtime, stream_error(data)))
+                    continue
+                edited = editor.edit(data)
+                if editor.first_content and self.first_token_at is None:
+                    self.first_token_at = time.perf_counter()
+                    self.others_on_node = max(
+                        self.others_on_node, runtime.fleet.others_on(self.node)
+                    )
+                if edited is not None:
+                    held.append(sse.encode(edited))
+                if editor.blocked is not None:
+                    await self._end_blocked(runtime, held)
+                    return
+            if held and (self.response_started or editor.first_content or self.settled):
+                await self._send_body(b"".join(held), more=True)
+                held = []
+        self.mark("upstream")
+        if not self.settled:
+            # The node closed the stream without [DONE]: it failed mid-generation.
+            raise UpstreamError(
+                "The model server ended the stream early.", code=GatewayErrorCode.UPSTREAM_ERROR
+            )
+        await self._send_body(b"".join(held), more=False)
+
+    async def _stream_error(self, runtime: GatewayRuntime, error: ApplicationError) -> bytes:
+        """An error the engine sent in the stream. Before any token: raised, to be answered with
+        its status. After: the event in OpenAI's shape. A refusal of the request (4xx) is the
+        client's, and no failure of the node's: only the others count against its breaker."""
+        failed = isinstance(error, UpstreamError)
+        if not self.response_started:
+            if failed:
+                await runtime.observe(self.node, failed=True)
+            raise error
+        self.outcome = UsageStatus.UPSTREAM_ERROR if failed else UsageStatus.REJECTED
+        self.error_code = str(error.code)
+        return sse.encode(error.to_json())
+
+    async def _start_stream(self) -> None:
         await self.send(
             {
                 "type": "http.response.start",
@@ -401,45 +456,6 @@ class CompletionCall:
             }
         )
         self.response_started = True
-        editor = self.editor = StreamEditor(
-            runtime.content_filter, endpoint=self.endpoint, include_usage=self.request.include_usage
-        )
-        splitter = sse.EventSplitter()
-        async for chunk in response.chunks():
-            out = []
-            for event in splitter.feed(chunk):
-                data = sse.data_of(event)
-                if data is None:
-                    continue
-                if data == sse.DONE:
-                    await self._submit_settlement(runtime)
-                    out.append(sse.encode(sse.DONE))
-                    continue
-                if data.startswith(b'{"error"'):
-                    self.outcome = UsageStatus.UPSTREAM_ERROR
-                    self.error_code = GatewayErrorCode.UPSTREAM_ERROR
-                    out.append(sse.encode(data))
-                    continue
-                edited = editor.edit(data)
-                if editor.first_content and self.first_token_at is None:
-                    self.first_token_at = time.perf_counter()
-                    self.others_on_node = max(
-                        self.others_on_node, runtime.fleet.others_on(self.node)
-                    )
-                if edited is not None:
-                    out.append(sse.encode(edited))
-                if editor.blocked is not None:
-                    await self._end_blocked(runtime, out)
-                    return
-            if out:
-                await self._send_body(b"".join(out), more=True)
-        self.mark("upstream")
-        if not self.settled:
-            # The node closed the stream without [DONE]: it failed mid-generation.
-            raise UpstreamError(
-                "The model server ended the stream early.", code=GatewayErrorCode.UPSTREAM_ERROR
-            )
-        await self._send_body(b"", more=False)
 
     async def _end_blocked(self, runtime: GatewayRuntime, out: list[bytes]) -> None:
         """The output hit a blocked term: finish the stream here, bill what was generated."""
@@ -452,6 +468,8 @@ class CompletionCall:
         await self._send_body(b"".join(out), more=False)
 
     async def _send_body(self, body: bytes, *, more: bool) -> None:
+        if not self.response_started:
+            await self._start_stream()
         await self.send({"type": "http.response.body", "body": body, "more_body": more})
 
     def _usage_event(self, prompt: int, completion: int) -> UsageEvent:

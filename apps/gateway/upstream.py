@@ -62,6 +62,16 @@ def upstream_error(status: int, body: bytes) -> ApplicationError:
     return UpstreamError(message, code=GatewayErrorCode.UPSTREAM_ERROR)
 
 
+def stream_error(data: bytes) -> ApplicationError:
+    """Translate an error event vLLM sent inside a stream: its `code` is the HTTP status the
+    request would have had unstreamed (400 for a request the engine refuses)."""
+    try:
+        status = int((orjson.loads(data).get("error") or {}).get("code") or 500)
+    except (orjson.JSONDecodeError, AttributeError, TypeError, ValueError):
+        status = 500
+    return upstream_error(status if 400 <= status < 600 else 500, data)
+
+
 def no_capacity(model: str) -> ServiceUnavailableError:
     return ServiceUnavailableError(
         f"No node can serve model `{model}` right now. Please retry shortly.",

@@ -150,3 +150,19 @@ def test_a_prompt_of_megabytes_is_refused_from_its_length(platform):
     assert "you requested at least" in error["message"]
     # The gateway still answers everyone else.
     assert chat(platform, hello()).status == 200
+
+
+def test_a_stream_the_engine_refuses_gets_its_status_in_openai_shape(platform):
+    """vLLM refuses some requests only once streaming (an out-of-vocabulary logit_bias): its
+    event used to reach the client as is (type BadRequestError, an integer code) under a 200."""
+    body = hello(stream=True, logit_bias={"999999": 1})
+    error = assert_error(chat(platform, body), 400, "invalid_value", "logit_bias")
+    assert error["type"] == "invalid_request_error"
+
+
+def test_refused_streams_do_not_open_the_nodes_breakers(platform):
+    """They counted as node failures: six of them took dmx-tiny away from every tenant."""
+    for _ in range(2 * settings.DMX_BREAKER_FAILURES):
+        assert chat(platform, hello(stream=True, logit_bias={"999999": 1})).status == 400
+    for _ in range(4):
+        assert chat(platform, hello()).status == 200
