@@ -12,8 +12,9 @@ from apps.keys.models import ApiKey, UsageRecord
 from apps.keys.services import usage_flush
 from dmxplatform import streams
 from dmxplatform.redis_client import sync_redis
+from tests.keys.factories import append_usage as append
 from tests.keys.factories import make_api_key
-from tests.keys.test_ledger import append, event
+from tests.keys.factories import make_usage_event as event
 
 pytestmark = pytest.mark.django_db
 

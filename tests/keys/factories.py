@@ -1,12 +1,15 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 
+from apps.keys import ledger
 from apps.keys.keycache import KeyRecord
 from apps.keys.models import ApiKey, Tenant
 from apps.keys.services import api_key_create, tenant_create
-from dmxplatform.redis_client import resp_client
+from dmxplatform import streams
+from dmxplatform.redis_client import resp_client, sync_redis
 
 
 def make_tenant(**overrides) -> Tenant:
@@ -51,3 +54,28 @@ def run_with_redis(scenario):
             await redis.close()
 
     return asyncio.run(main())
+
+
+def make_usage_event(key: ApiKey, **overrides) -> ledger.UsageEvent:
+    """A finished request's usage event, as the gateway appends it."""
+    fields = dict(
+        request_id=f"req_{uuid.uuid4().hex}",
+        api_key_id=key.id,
+        tenant_id=key.tenant_id,
+        created_at=time.time(),
+        endpoint="chat.completions",
+        model="m",
+        status="ok",
+        http_status=200,
+        prompt_tokens=11,
+        completion_tokens=7,
+        timings={"auth": 0.01},
+    )
+    fields.update(overrides)
+    return ledger.UsageEvent(**fields)
+
+
+def append_usage(*events: ledger.UsageEvent) -> None:
+    """Put events on the usage stream, as settling requests do."""
+    for event in events:
+        sync_redis().xadd(ledger.stream_key(), {streams.FIELD: event.encode()})

@@ -1,8 +1,6 @@
 """The usage buffer and its flush, against real Redis and PostgreSQL."""
 
 import io
-import time
-import uuid
 
 import pytest
 from django.db import OperationalError
@@ -12,7 +10,9 @@ from apps.keys.models import UsageRecord
 from apps.keys.services import usage_flush
 from dmxplatform import streams
 from dmxplatform.redis_client import sync_redis
+from tests.keys.factories import append_usage as append
 from tests.keys.factories import make_api_key
+from tests.keys.factories import make_usage_event as event
 
 pytestmark = pytest.mark.django_db
 
@@ -20,29 +20,6 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture(autouse=True)
 def _own_redis_keys(private_redis):
     """These tests' Redis keys are their own (tests/conftest.py)."""
-
-
-def event(key, **overrides) -> ledger.UsageEvent:
-    fields = dict(
-        request_id=f"req_{uuid.uuid4().hex}",
-        api_key_id=key.id,
-        tenant_id=key.tenant_id,
-        created_at=time.time(),
-        endpoint="chat.completions",
-        model="m",
-        status="ok",
-        http_status=200,
-        prompt_tokens=11,
-        completion_tokens=7,
-        timings={"auth": 0.01},
-    )
-    fields.update(overrides)
-    return ledger.UsageEvent(**fields)
-
-
-def append(*events: ledger.UsageEvent) -> None:
-    for e in events:
-        sync_redis().xadd(ledger.stream_key(), {streams.FIELD: e.encode()})
 
 
 def test_flush_moves_events_into_records_and_empties_the_stream():

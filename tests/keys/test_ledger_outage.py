@@ -87,20 +87,12 @@ def test_an_event_postgresql_refuses_is_parked_and_the_rest_arrive(platform, com
     from apps.keys.ledger import USAGE_STREAM, UsageEvent
     from dmxplatform import streams
     from tests.faults import assert_recorded_once, send_chat
+    from tests.keys.factories import append_usage, make_usage_event
 
     key, secret = make_api_key()
     sent = [send_chat(platform.api_url, secret, BODY) for _ in range(3)]
-    poison = UsageEvent(
-        request_id="req_poison_" + secret[-12:],
-        api_key_id=key.id,
-        tenant_id=key.tenant_id,
-        created_at=time.time(),
-        endpoint="chat.completions",
-        model="dmx\x00tiny",
-        status="ok",
-        http_status=200,
-    )
-    sync_redis().xadd(ledger.stream_key(), {streams.FIELD: poison.encode()})
+    poison = make_usage_event(key, model="dmx\x00tiny")
+    append_usage(poison)
     sent += [send_chat(platform.api_url, secret, BODY) for _ in range(3)]
     assert [s.status for s in sent] == [200] * 6
     assert_recorded_once(sent, key=key)
