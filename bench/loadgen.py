@@ -144,6 +144,7 @@ async def run(
         "p50_ms": _percentile(stats.latencies, 0.50) * ms,
         "p90_ms": _percentile(stats.latencies, 0.90) * ms,
         "p99_ms": _percentile(stats.latencies, 0.99) * ms,
+        "max_ms": max(stats.latencies, default=0.0) * ms,
         "first_byte_p50_ms": _percentile(stats.first_bytes, 0.50) * ms,
         "first_byte_p99_ms": _percentile(stats.first_bytes, 0.99) * ms,
         "statuses": stats.statuses,

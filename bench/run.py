@@ -33,6 +33,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -549,6 +550,102 @@ def _top_frames(path: Path, *, title: str, limit: int = 15) -> str:
     return "\n".join(rows) + "\n"
 
 
+@dataclass
+class FakeUpstreamStack:
+    gateway: subprocess.Popen
+    celery: subprocess.Popen | None
+    attached: list[subprocess.Popen]
+    upstream_url: str
+    gateway_url: str
+
+
+def start_fake_upstream_stack(
+    procs: Processes,
+    env: dict[str, str],
+    credentials: dict[str, str],
+    *,
+    tokens: int,
+    ttft_ms: float,
+    tpot_ms: float,
+    with_celery: bool,
+    models: dict[str, int] | None = None,
+    gateway_env: dict[str, str] | None = None,
+) -> FakeUpstreamStack:
+    """The fake upstream and Celery on the second core, the gateway pinned to the first, and a
+    worker attached to the upstream for each of `models` (name: context); returns once the
+    gateway serves them."""
+    models = models or {MODEL: 2048}
+    gateway_core, other_core = _cores()
+    upstream_port, gateway_port = free_port(), free_port()
+    upstream_url = f"http://127.0.0.1:{upstream_port}"
+    gateway_url = f"http://127.0.0.1:{gateway_port}"
+    procs.start(
+        "upstream",
+        [
+            str(PYTHON),
+            "bench/upstream.py",
+            "--port",
+            str(upstream_port),
+            "--tokens",
+            str(tokens),
+            "--ttft-ms",
+            str(ttft_ms),
+            "--tpot-ms",
+            str(tpot_ms),
+            "--models",
+            ",".join(f"{name}:{context}" for name, context in models.items()),
+        ],
+        other_core,
+    )
+    gateway = procs.start(
+        "gateway",
+        [*gateway_argv(gateway_port), "--log-level", "warning"],
+        gateway_core,
+        gateway_env,
+    )
+    celery = (
+        procs.start(
+            "celery", celery_argv(RUN_DIR / "celerybeat-schedule"), other_core, background=True
+        )
+        if with_celery
+        else None
+    )
+    _wait(gateway_url + "/health")
+    _wait(upstream_url + "/health")
+    attached = [
+        procs.start(
+            f"attached-worker-{model}",
+            [
+                str(WORKER_PYTHON),
+                "-m",
+                "inference.worker",
+                "--model",
+                str(ROOT / ".cache" / "models" / "dmx-tiny"),
+                "--name",
+                model,
+                "--attach",
+                upstream_url,
+                "--node-name",
+                f"bench-upstream-{model}",
+                "--platform-url",
+                gateway_url,
+                # The fake upstream has no batch limit; declare vLLM's default, so the gateway
+                # counts requests beyond it (none here) as queued, as it would for an engine.
+                "--",
+                "--max-num-seqs",
+                "256",
+            ],
+            other_core,
+            dict(env, DMX_NODE_TOKEN=credentials["token"]),
+            background=True,
+        )
+        for model in models
+    ]
+    for model in models:
+        _wait(gateway_url + "/v1/models", key=credentials["key"], contains=f'"{model}"')
+    return FakeUpstreamStack(gateway, celery, attached, upstream_url, gateway_url)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run: short points")
@@ -590,62 +687,19 @@ def main() -> None:
     env = _env(args.redis_db)
     credentials = setup(env)
     procs = Processes(env)
-    upstream_port, gateway_port = free_port(), free_port()
-    upstream_url = f"http://127.0.0.1:{upstream_port}"
-    gateway_url = f"http://127.0.0.1:{gateway_port}"
     try:
-        procs.start(
-            "upstream",
-            [
-                str(PYTHON),
-                "bench/upstream.py",
-                "--port",
-                str(upstream_port),
-                "--tokens",
-                str(args.tokens),
-                "--ttft-ms",
-                str(args.ttft_ms),
-                "--tpot-ms",
-                str(args.tpot_ms),
-            ],
-            other_core,
+        stack = start_fake_upstream_stack(
+            procs,
+            env,
+            credentials,
+            tokens=args.tokens,
+            ttft_ms=args.ttft_ms,
+            tpot_ms=args.tpot_ms,
+            with_celery=True,
         )
-        gateway = procs.start(
-            "gateway", [*gateway_argv(gateway_port), "--log-level", "warning"], gateway_core
-        )
-        celery = procs.start(
-            "celery", celery_argv(RUN_DIR / "celerybeat-schedule"), other_core, background=True
-        )
-        ledger = LedgerPause(None if args.ledger_live else celery, args.redis_db)
-        _wait(gateway_url + "/health")
-        _wait(upstream_url + "/health")
-        attached = procs.start(
-            "attached-worker",
-            [
-                str(WORKER_PYTHON),
-                "-m",
-                "inference.worker",
-                "--model",
-                str(ROOT / ".cache" / "models" / "dmx-tiny"),
-                "--name",
-                MODEL,
-                "--attach",
-                upstream_url,
-                "--node-name",
-                "bench-upstream",
-                "--platform-url",
-                gateway_url,
-                # The fake upstream has no batch limit; declare vLLM's default, so the gateway
-                # counts requests beyond it (none here) as queued, as it would for an engine.
-                "--",
-                "--max-num-seqs",
-                "256",
-            ],
-            other_core,
-            dict(env, DMX_NODE_TOKEN=credentials["token"]),
-            background=True,
-        )
-        _wait(gateway_url + "/v1/models", key=credentials["key"], contains=MODEL)
+        gateway, attached = stack.gateway, stack.attached[0]
+        upstream_url, gateway_url = stack.upstream_url, stack.gateway_url
+        ledger = LedgerPause(None if args.ledger_live else stack.celery, args.redis_db)
         litellm = start_litellm(procs, upstream_url, gateway_core) if args.litellm else None
         rows = (
             []

@@ -1,4 +1,4 @@
-"""Prepare the benchmark's platform: a keyed tenant with every limit on, the model, a node
+"""Prepare the benchmark's platform: a keyed tenant with every limit on, the models, a node
 token and 10,000 sensitive terms. Prints the key and the node token as JSON.
 
 Run by bench/run.py with the benchmark's own database and Redis (see its environment).
@@ -17,6 +17,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dmxplatform.settings")
 
 MODEL = "bench-model"
+# The same upstream under a million-token context: prompts of megabytes fit it and are counted.
+LONG_MODEL = "bench-long"
+LONG_CONTEXT = 1 << 20
 TERMS = 10_000
 # Limits so high that the benchmark never reaches them: they are checked on every request,
 # which is the cost being measured, but never refuse one.
@@ -49,9 +52,10 @@ def main() -> None:
     from dmxplatform.redis_client import sync_redis
 
     sync_redis().flushdb()
-    if not LlmModel.objects.filter(name=MODEL).exists():
-        model = llm_model_create(name=MODEL, max_context_tokens=2048)
-        model_version_create(model=model, tag="v1")
+    for name, context in ((MODEL, 2048), (LONG_MODEL, LONG_CONTEXT)):
+        if not LlmModel.objects.filter(name=name).exists():
+            model = llm_model_create(name=name, max_context_tokens=context)
+            model_version_create(model=model, tag="v1")
     plan, _ = Plan.objects.get_or_create(
         name="bench",
         defaults={

@@ -31,6 +31,9 @@ class Settings:
     tokens = 16
     ttft = 0.0
     tpot = 0.0
+    # Served model names and their context lengths, as /v1/models lists them; responses carry
+    # the first name (the gateway reads none of them).
+    models = {"bench-model": 2048}
     model = "bench-model"
 
 
@@ -133,8 +136,11 @@ class Connection(asyncio.Protocol):
         elif url.startswith(b"/metrics"):
             self.respond(b"text/plain", (METRICS % Connection.running).encode())
         elif url.startswith(b"/v1/models"):
-            card = {"id": Settings.model, "object": "model", "max_model_len": 2048}
-            self.respond(b"application/json", orjson.dumps({"object": "list", "data": [card]}))
+            cards = [
+                {"id": name, "object": "model", "max_model_len": context}
+                for name, context in Settings.models.items()
+            ]
+            self.respond(b"application/json", orjson.dumps({"object": "list", "data": cards}))
         else:
             self.respond(
                 b"application/json", b'{"error": {"message": "not found"}}', b"404 Not Found"
@@ -228,7 +234,17 @@ def main() -> None:
     parser.add_argument("--ttft-ms", type=float, default=0.0)
     parser.add_argument("--tpot-ms", type=float, default=0.0)
     parser.add_argument("--processes", type=int, default=1)
+    parser.add_argument(
+        "--models",
+        default="bench-model:2048",
+        help="served models as NAME:CONTEXT,... (what /v1/models lists)",
+    )
     args = parser.parse_args()
+    Settings.models = {
+        name: int(context)
+        for name, _, context in (item.partition(":") for item in args.models.split(","))
+    }
+    Settings.model = next(iter(Settings.models))
     Settings.tokens, Settings.ttft, Settings.tpot = (
         args.tokens,
         args.ttft_ms / 1000,

@@ -12,7 +12,9 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import sys
+import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -69,6 +71,9 @@ RECONNECT_DELAY = 1.0
 # this long for the GIL, seconds; CPython's default, 5 ms, would add that to other requests at
 # every hand-over. With one thread busy there is no contention and the value costs nothing.
 GIL_SWITCH_INTERVAL = 0.001
+# The large-request thread's nice value: the lowest priority, so that it runs on what the event
+# loop leaves.
+LARGE_REQUEST_NICE = 19
 
 
 class GatewayRuntime:
@@ -105,7 +110,9 @@ class GatewayRuntime:
         self.http: HttpPool | None = None
         self.spool = Spool(Path(settings.DMX_SPOOL_DIR))
         # One thread for large prompts' CPU work: they wait for each other, not for the loop.
-        self._large = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dmx-large-request")
+        self._large = ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="dmx-large-request", initializer=_lower_priority
+        )
         self._tasks: list[asyncio.Task] = []
 
     async def start(self) -> None:
@@ -288,6 +295,14 @@ class GatewayRuntime:
             except (RedisError, OSError) as exc:
                 logger.warning("invalidation listener lost Redis: %s", exc)
                 await asyncio.sleep(RECONNECT_DELAY)
+
+
+def _lower_priority() -> None:
+    """Let the scheduler put this thread after the event loop (Linux: a thread's own nice
+    value): on the loop's core, a large prompt's tokenizing (GIL released) then takes only the
+    time the loop leaves."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LARGE_REQUEST_NICE)
 
 
 _runtime: GatewayRuntime | None = None
