@@ -10,8 +10,9 @@ closed-loop at C=4 throughout; three phases, each `--duration` seconds:
 - alone: the small requests only;
 - refused: one client also sends an 8 MB prompt (pasted text: this repository's README over and
   over) to a model with a 2,048-token context, the next as soon as the last is answered;
-- counted: the same prompt to a model with a 1M-token context, which it may fit, so it is
-  screened, classified and tokenized.
+- counted: a 1.2 MB prompt of the same text to a model with a 1M-token context, which it fits
+  (about 880,000 tokens of the tiny model's 678-token vocabulary, 1.37 characters a token), so
+  it is screened, classified, tokenized and sent on.
 
 `--tree DIR` runs the gateway from another checkout (for example the commit before a change,
 with its C extension copied in) against the same everything else.
@@ -102,22 +103,28 @@ class LargeSender(threading.Thread):
             self.statuses[status] = self.statuses.get(status, 0) + 1
 
 
-def phase(args, key: str, gateway_url: str, gateway_pid: int, large: bytes | None) -> dict:
+def phase(
+    args, key: str, gateway_url: str, gateway_pid: int, large: bytes | None, *, small: bool = True
+) -> dict:
     sender = None
     if large is not None:
         sender = LargeSender(gateway_url + "/v1/chat/completions", key, large)
         sender.start()
-    small = measure(
-        gateway_url + "/v1/chat/completions",
-        key,
-        stream=False,
-        concurrency=SMALL_CONCURRENCY,
-        tokens=16,
-        warmup=2,
-        duration=args.duration,
-        cpu_pids=[gateway_pid],
-    )
-    result = {"small": small, "rss_mb": rss_mb(gateway_pid)}
+    if small:
+        figures = measure(
+            gateway_url + "/v1/chat/completions",
+            key,
+            stream=False,
+            concurrency=SMALL_CONCURRENCY,
+            tokens=16,
+            warmup=2,
+            duration=args.duration,
+            cpu_pids=[gateway_pid],
+        )
+    else:
+        time.sleep(args.duration)
+        figures = None
+    result = {"small": figures, "rss_mb": rss_mb(gateway_pid)}
     if sender is not None:
         sender.stop.set()
         sender.join(timeout=180)
@@ -137,15 +144,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", type=float, default=20)
     parser.add_argument("--large-mb", type=float, default=8.0)  # the body cap: 8 MiB
+    parser.add_argument("--counted-mb", type=float, default=1.2)
     parser.add_argument("--redis-db", type=int, default=11)
     parser.add_argument("--tree", type=Path, help="run the gateway from this checkout")
     parser.add_argument("--results", default="large_prompts")
+    parser.add_argument(
+        "--quick", action="store_true", help="a smoke run: short phases, a JSON line, no file"
+    )
     args = parser.parse_args()
+    if args.quick:
+        args.duration = 1.0
 
     env = _env(args.redis_db)
     credentials = setup(env)
     procs = Processes(env)
-    gateway_env = dict(env, PYTHONPATH=str(args.tree.resolve())) if args.tree else None
     try:
         stack = start_fake_upstream_stack(
             procs,
@@ -156,19 +168,26 @@ def main() -> None:
             tpot_ms=0,
             with_celery=False,
             models={MODEL: 2048, LONG_MODEL: LONG_CONTEXT},
-            gateway_env=gateway_env,
+            gateway_tree=args.tree.resolve() if args.tree else None,
         )
         pid, url, key = stack.gateway.pid, stack.gateway_url, credentials["key"]
         started_rss = rss_mb(pid)
         phases = {
             "alone": phase(args, key, url, pid, None),
             "refused": phase(args, key, url, pid, large_body(MODEL, args.large_mb)),
-            "counted": phase(args, key, url, pid, large_body(LONG_MODEL, args.large_mb)),
+            "counted": phase(args, key, url, pid, large_body(LONG_MODEL, args.counted_mb)),
+            # What a counted prompt takes when it has the core to itself.
+            "counted, no small requests": phase(
+                args, key, url, pid, large_body(LONG_MODEL, args.counted_mb), small=False
+            ),
         }
     finally:
         procs.stop()
     table = markdown(phases, started_rss, args)
     print(table)
+    if args.quick:
+        print(json.dumps(phases))
+        return
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / f"{args.results}.md").write_text(table)
 
@@ -176,7 +195,8 @@ def main() -> None:
 def markdown(phases: dict, started_rss: float, args) -> str:
     lines = [
         f"Small requests at C={SMALL_CONCURRENCY} for {args.duration:g} s per phase, while one "
-        f"client sends {args.large_mb:.1f} MB prompts back to back"
+        f"client sends {args.large_mb:.1f} MB prompts (refused) or {args.counted_mb:.1f} MB "
+        "prompts (counted) back to back"
         + (f"; gateway from {args.tree}" if args.tree else "")
         + f". Gateway RSS at start {started_rss:.0f} MB.",
         "",
@@ -186,13 +206,18 @@ def markdown(phases: dict, started_rss: float, args) -> str:
     ]
     for name, result in phases.items():
         small, large = result["small"], result.get("large") or {}
+        figures = (
+            f"{small['rps']:.0f} | {small['p50_ms']:.2f} | {small['p99_ms']:.2f} | "
+            f"{small['max_ms']:.2f}"
+            if small
+            else "| | |"
+        )
         answers = ", ".join(f"{k}: {v}" for k, v in sorted(large.get("statuses", {}).items()))
         if large.get("code"):
             answers += f" (`{large['code']}`)"
         p50 = large.get("p50_ms")
         lines.append(
-            f"| {name} | {small['rps']:.0f} | {small['p50_ms']:.2f} | {small['p99_ms']:.2f} | "
-            f"{small['max_ms']:.2f} | {large.get('sent', '')} | {answers} | "
+            f"| {name} | {figures} | {large.get('sent', '')} | {answers} | "
             f"{'' if p50 is None else f'{p50:.0f}'} | {result['rss_mb']:.0f} | "
             f"{result['rss_after_mb']:.0f} |"
         )

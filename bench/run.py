@@ -93,6 +93,7 @@ class Processes:
         env: dict[str, str] | None = None,
         *,
         background: bool = False,
+        cwd: Path = ROOT,
     ):
         """Start a process pinned to `core`. A background one (Celery, the worker's heartbeat)
         runs under SCHED_IDLE, so that on two cores the upstream and the load generator it
@@ -101,7 +102,7 @@ class Processes:
         idle = ["chrt", "--idle", "0"] if background else []
         process = subprocess.Popen(
             [*idle, "taskset", "-c", core, *argv],
-            cwd=ROOT,
+            cwd=cwd,
             env=env or self.env,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -569,11 +570,11 @@ def start_fake_upstream_stack(
     tpot_ms: float,
     with_celery: bool,
     models: dict[str, int] | None = None,
-    gateway_env: dict[str, str] | None = None,
+    gateway_tree: Path | None = None,
 ) -> FakeUpstreamStack:
     """The fake upstream and Celery on the second core, the gateway pinned to the first, and a
     worker attached to the upstream for each of `models` (name: context); returns once the
-    gateway serves them."""
+    gateway serves them. `gateway_tree`: run the gateway from that checkout instead."""
     models = models or {MODEL: 2048}
     gateway_core, other_core = _cores()
     upstream_port, gateway_port = free_port(), free_port()
@@ -597,11 +598,13 @@ def start_fake_upstream_stack(
         ],
         other_core,
     )
+    # Another checkout's gateway (a before-and-after comparison): its code first on the path.
     gateway = procs.start(
         "gateway",
         [*gateway_argv(gateway_port), "--log-level", "warning"],
         gateway_core,
-        gateway_env,
+        dict(env, PYTHONPATH=str(gateway_tree)) if gateway_tree else None,
+        cwd=gateway_tree or ROOT,
     )
     celery = (
         procs.start(

@@ -71,9 +71,10 @@ RECONNECT_DELAY = 1.0
 # this long for the GIL, seconds; CPython's default, 5 ms, would add that to other requests at
 # every hand-over. With one thread busy there is no contention and the value costs nothing.
 GIL_SWITCH_INTERVAL = 0.001
-# The large-request thread's nice value: the lowest priority, so that it runs on what the event
-# loop leaves.
-LARGE_REQUEST_NICE = 19
+# The large-request thread's nice value: about a tenth of a core against a busy event loop. At
+# 19 (a seventieth) small requests' p99 was no better within the noise (bench/large_prompts.py),
+# but a 1.2 MB prompt on a saturated core took 22 s instead of 7.
+LARGE_REQUEST_NICE = 10
 
 
 class GatewayRuntime:

@@ -4,6 +4,7 @@ No timing is asserted (CI machines are shared and noisy); what is checked is tha
 starts its processes, that every request through the gateway succeeds, and that it reports.
 """
 
+import json
 import re
 import subprocess
 import sys
@@ -32,3 +33,20 @@ def test_quick_benchmark_runs_every_point_through_the_gateway():
     for row in rows:
         cells = [cell.strip() for cell in row.strip("|").split("|")]
         assert float(cells[2]) > 0 and float(cells[3]) > 0  # direct and gateway rps
+
+
+def test_quick_large_prompt_benchmark_refuses_one_size_and_serves_the_other():
+    result = subprocess.run(
+        [sys.executable, "bench/large_prompts.py", "--quick"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    phases = json.loads(result.stdout.strip().splitlines()[-1])
+    for name in ("alone", "refused", "counted"):
+        assert set(phases[name]["small"]["statuses"]) == {"200"}, phases[name]
+    assert phases["refused"]["large"]["code"] == "context_length_exceeded"
+    assert set(phases["refused"]["large"]["statuses"]) == {"400"}
+    assert set(phases["counted, no small requests"]["large"]["statuses"]) == {"200"}
