@@ -164,12 +164,14 @@ class Stack:
         self.gateways.append(url)
         return gateway
 
-    def spare_gateway(self, name: str) -> tuple[Service, str]:
-        """A gateway process the stack does not count as a replica (a test may kill it); the
-        caller stops it."""
+    def spare_gateway(
+        self, name: str, *, settings: dict[str, str] | None = None
+    ) -> tuple[Service, str]:
+        """A gateway process the stack does not count as a replica (a test may kill it), with
+        `settings` over the stack's environment; the caller stops it."""
         port = free_port()
         url = f"http://127.0.0.1:{port}"
-        gateway = Service(name, gateway_argv(port), self.env).start()
+        gateway = Service(name, gateway_argv(port), {**self.env, **(settings or {})}).start()
         try:
             wait_for(lambda: _http_ok(url + "/health"), timeout=30, what=f"{name} /health")
         except TimeoutError:
