@@ -7,6 +7,7 @@ get_urls and listed on the index in a "Platform" section.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 from django.contrib import admin, messages
@@ -22,6 +23,7 @@ from dmxplatform import streams
 PARKED_SHOWN = 200
 # Characters of an entry's payload shown in the list.
 PAYLOAD_PREVIEW_CHARS = 300
+ENTRY_ID = re.compile(r"\d+-\d+")
 
 
 class PlatformAdminSite(admin.AdminSite):
@@ -72,6 +74,7 @@ class PlatformAdminSite(admin.AdminSite):
             sections.append(
                 {
                     "stream": stream,
+                    "count": streams.parked_count(stream),
                     "entries": [
                         {
                             "id": entry.id.decode(),
@@ -100,11 +103,15 @@ class PlatformAdminSite(admin.AdminSite):
         stream = streams.REGISTRY.get(request.POST.get("stream", ""))
         if stream is None:
             raise Http404("no such stream")
-        ids = [entry_id.encode() for entry_id in request.POST.getlist("entry")]
-        if request.POST.get("action") == "requeue":
+        action = request.POST.get("action", "")
+        # A stream entry id is "<ms>-<seq>"; anything else would make Redis answer an error.
+        ids = [e.encode() for e in request.POST.getlist("entry") if ENTRY_ID.fullmatch(e)]
+        if action.endswith("_all"):
+            ids = None
+        if action.startswith("requeue"):
             moved = streams.parked_requeue(stream, ids)
             messages.success(request, f"{moved} entries put back on {stream.title}.")
-        elif request.POST.get("action") == "discard":
+        elif action.startswith("discard"):
             gone = streams.parked_discard(stream, ids)
             messages.warning(request, f"{gone} parked entries of {stream.title} discarded.")
         return HttpResponseRedirect(reverse("admin:platform_parked"))

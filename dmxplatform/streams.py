@@ -5,11 +5,12 @@ drains each stream through a consumer group, and acknowledges and deletes entrie
 database committed them, so a crash or an outage anywhere in between leaves them pending, never
 lost. Handlers insert idempotently on a natural key, so an entry read twice is stored once.
 
-Only a database that does not answer is an outage. When a batch fails and the database still
-answers a probe, the batch is stored one entry at a time, and an entry that fails on its own is
-parked, with the reason, in a dead-letter stream beside the original, so that one bad entry can
-never hold back the ones behind it (it once stopped the whole usage ledger). Parked entries are
-counted at /metrics and listed in the admin, which can put them back once their cause is fixed.
+Only what an entry can be at fault for parks it (ENTRY_FAULTS); any other failure is the
+database's, an outage, and leaves the batch pending. When a batch fails for an entry's fault,
+it is stored one entry at a time, and an entry that fails on its own is parked, with the reason,
+in a dead-letter stream beside the original, so that one bad entry can never hold back the ones
+behind it (it once stopped the whole usage ledger). Parked entries are counted at /metrics
+(dmxplatform.metrics) and listed in the admin, which puts them back once their cause is fixed.
 """
 
 from __future__ import annotations
@@ -19,11 +20,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from django.db import DatabaseError, connection, transaction
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import REGISTRY as METRICS
-from prometheus_client.registry import Collector
-from redis.exceptions import RedisError, ResponseError
+from django.db import DataError, IntegrityError, transaction
+from redis.exceptions import ResponseError
 
 from dmxplatform.redis_client import rkey, sync_redis
 
@@ -113,54 +111,47 @@ def drain(
         lock.release()
 
 
+# What an entry can be at fault for: a value no column holds (DataError: a NUL byte, text past
+# its column), a row that refers to something gone (IntegrityError: a deleted key), a payload
+# the store cannot read (ValueError, TypeError, KeyError). Anything else fails every entry alike
+# and is the database's (OperationalError: down, read-only after a failover, a full disk, a lock
+# timeout; ProgrammingError: a migration not applied): then the batch waits, parking nothing.
+ENTRY_FAULTS = (DataError, IntegrityError, ValueError, TypeError, KeyError)
+
+
 def _store(
     stream: DurableStream, store: Store, pairs: list[tuple[bytes, bytes]]
 ) -> tuple[list[tuple[bytes, bytes]], dict[bytes, str]] | None:
     """Store a batch; return the pairs dealt with and the reasons of those to park, or None
-    when the database does not answer (everything stays pending)."""
+    when the database failed the batch for a reason of its own (everything stays pending)."""
     try:
         return pairs, _attempt(store, pairs)
-    except Exception as exc:  # which kind of failure it was, the probe below tells
-        if not database_answers():
-            logger.warning(
-                "%s: database unavailable (%s); %d entries wait", stream.key(), exc, len(pairs)
-            )
-            return None
-    # The database answers, so something in the batch is bad: find it, one entry at a time.
+    except ENTRY_FAULTS:
+        pass  # some entry is bad: find it, one entry at a time
+    except Exception as exc:
+        logger.warning(
+            "%s: the database failed (%s); %d entries wait", stream.key(), exc, len(pairs)
+        )
+        return None
     done: list[tuple[bytes, bytes]] = []
     rejected: dict[bytes, str] = {}
     for pair in pairs:
         try:
             rejected.update(_attempt(store, [pair]))
-        except Exception as exc:
-            if not database_answers():
-                logger.warning("%s: database went away; %d entries wait", stream.key(), len(pairs))
-                return done, rejected
+        except ENTRY_FAULTS as exc:
             rejected[pair[0]] = f"{exc.__class__.__name__}: {exc}"
+        except Exception as exc:
+            logger.warning("%s: the database failed (%s); entries wait", stream.key(), exc)
+            return done, rejected
         done.append(pair)
     return done, rejected
 
 
 def _attempt(store: Store, pairs: list[tuple[bytes, bytes]]) -> dict[bytes, str]:
     # In a transaction (a savepoint when the caller has one), so that a failed statement
-    # leaves the connection usable for the probe and the next attempt.
+    # leaves the connection usable for the next attempt.
     with transaction.atomic():
         return store(pairs)
-
-
-def database_answers() -> bool:
-    """Whether the database takes a query now. A connection a failure left unusable is
-    replaced first, except inside a caller's transaction, which must not be closed under it."""
-    try:
-        if not connection.in_atomic_block:
-            connection.close_if_unusable_or_obsolete()
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-        return True
-    except DatabaseError:
-        if not connection.in_atomic_block:
-            connection.close()
-        return False
 
 
 def _read(client, stream: DurableStream, consumer: str, batch_size: int) -> list:
@@ -224,11 +215,28 @@ def parked(stream: DurableStream, *, count: int = 100) -> list[ParkedEntry]:
     ]
 
 
-def parked_requeue(stream: DurableStream, ids: list[bytes]) -> int:
-    """Put parked entries back on their stream (their cause fixed); return how many."""
+def parked_count(stream: DurableStream) -> int:
+    return sync_redis().xlen(stream.dead_letter_key())
+
+
+# Parked entries read per call when all of them are put back or discarded.
+PARKED_PAGE = 1000
+
+
+def _all_parked(client, stream: DurableStream) -> list[bytes]:
+    ids, start = [], "-"
+    while page := client.xrange(stream.dead_letter_key(), min=start, count=PARKED_PAGE):
+        ids.extend(entry_id for entry_id, _ in page)
+        start = "(" + page[-1][0].decode()
+    return ids
+
+
+def parked_requeue(stream: DurableStream, ids: list[bytes] | None = None) -> int:
+    """Put parked entries (all of them when `ids` is None) back on their stream, their cause
+    fixed; return how many."""
     client = sync_redis()
     moved = 0
-    for entry_id in ids:
+    for entry_id in _all_parked(client, stream) if ids is None else ids:
         found = client.xrange(stream.dead_letter_key(), min=entry_id, max=entry_id)
         if not found:
             continue
@@ -240,50 +248,8 @@ def parked_requeue(stream: DurableStream, ids: list[bytes]) -> int:
     return moved
 
 
-def parked_discard(stream: DurableStream, ids: list[bytes]) -> int:
-    """Delete parked entries for good; return how many."""
-    return sync_redis().xdel(stream.dead_letter_key(), *ids) if ids else 0
-
-
-class StreamCollector(Collector):
-    """Each durable stream's backlog and parked entries, read from Redis at scrape time: a
-    backlog that only grows is a ledger that stopped (alert on it), parked entries need a
-    person."""
-
-    def collect(self):
-        backlog = GaugeMetricFamily(
-            "dmx_stream_backlog_entries",
-            "Entries waiting in a durable stream to be stored in the database.",
-            labels=["stream"],
-        )
-        oldest = GaugeMetricFamily(
-            "dmx_stream_oldest_entry_age_seconds",
-            "Age of the oldest entry waiting in a durable stream (0 when it is empty).",
-            labels=["stream"],
-        )
-        dead = GaugeMetricFamily(
-            "dmx_stream_parked_entries",
-            "Entries that could never be stored, parked in a stream's dead-letter stream.",
-            labels=["stream"],
-        )
-        streams = list(REGISTRY.values())
-        try:
-            pipe = sync_redis().pipeline(transaction=False)
-            for stream in streams:
-                pipe.xlen(stream.key())
-                pipe.xrange(stream.key(), count=1)
-                pipe.xlen(stream.dead_letter_key())
-            replies = pipe.execute()
-        except RedisError:
-            return  # no figures rather than a failed scrape; Redis has its own alerts
-        now_ms = time.time() * 1000
-        for index, stream in enumerate(streams):
-            length, first, parked_count = replies[3 * index : 3 * index + 3]
-            backlog.add_metric([stream.label], length)
-            first_ms = int(first[0][0].split(b"-")[0]) if first else now_ms
-            oldest.add_metric([stream.label], max(now_ms - first_ms, 0) / 1000)
-            dead.add_metric([stream.label], parked_count)
-        yield from (backlog, oldest, dead)
-
-
-METRICS.register(StreamCollector())
+def parked_discard(stream: DurableStream, ids: list[bytes] | None = None) -> int:
+    """Delete parked entries (all of them when `ids` is None) for good; return how many."""
+    client = sync_redis()
+    ids = _all_parked(client, stream) if ids is None else ids
+    return client.xdel(stream.dead_letter_key(), *ids) if ids else 0

@@ -8,6 +8,7 @@ from django.contrib import admin
 from django.urls import include, path
 from django_prometheus.exports import ExportToDjangoView
 
+import dmxplatform.metrics  # noqa: F401 - registers the platform's collectors for /metrics
 from dmxplatform.health import health
 
 urlpatterns = [

@@ -4,13 +4,14 @@ its reason and never holds back the entries behind it; an outage leaves everythi
 from __future__ import annotations
 
 import pytest
+from django.db import OperationalError, ProgrammingError
 from django.urls import reverse
 from prometheus_client import generate_latest
 
-from apps.keys import ledger
+from apps.keys import ledger, services
 from apps.keys.models import ApiKey, UsageRecord
 from apps.keys.services import usage_flush
-from dmxplatform import streams
+from dmxplatform import metrics, streams
 from dmxplatform.redis_client import sync_redis
 from tests.keys.factories import append_usage as append
 from tests.keys.factories import make_api_key
@@ -89,16 +90,30 @@ def test_an_unreadable_entry_is_parked_with_why():
     assert parked.reason.startswith("unreadable usage event")
 
 
-def test_an_outage_parks_nothing(monkeypatch):
-    """Only a database that does not answer is an outage: then nothing is parked, all waits."""
+@pytest.mark.parametrize(
+    "failure",
+    [
+        OperationalError("cannot execute INSERT in a read-only transaction"),
+        OperationalError("could not extend file: No space left on device"),
+        ProgrammingError('relation "keys_usagerecord" does not exist'),
+    ],
+    ids=["read-only-after-failover", "disk-full", "migration-missing"],
+)
+def test_a_database_that_answers_but_refuses_every_write_parks_nothing(monkeypatch, failure):
+    """Only what an entry can be at fault for parks it: a database failing every write alike
+    would otherwise empty the whole ledger into the dead-letter stream."""
     key, _ = make_api_key()
-    append(event(key), event(key, model="\x00"))
-    monkeypatch.setattr(streams, "database_answers", lambda: False)
+    append(event(key), event(key, model="\x00"), event(key))
+
+    def refuse(entries):
+        raise failure
+
+    monkeypatch.setattr(services, "_usage_insert", refuse)
     assert usage_flush() == 0
     assert streams.parked(ledger.USAGE_STREAM) == []
-    assert sync_redis().xlen(ledger.stream_key()) == 2
+    assert sync_redis().xlen(ledger.stream_key()) == 3
     monkeypatch.undo()
-    assert usage_flush() == 1
+    assert usage_flush() == 2  # the database is back: the bad one alone is parked
     assert len(streams.parked(ledger.USAGE_STREAM)) == 1
 
 
@@ -119,6 +134,7 @@ def test_requeued_entries_are_stored_once_their_cause_is_fixed():
 
 
 def test_backlog_age_and_parked_entries_are_gauges_at_metrics():
+    assert metrics.StreamCollector  # registered with prometheus_client's registry on import
     key, _ = make_api_key()
     append(event(key, model="\x00"))
     usage_flush()
@@ -170,3 +186,23 @@ def test_only_superusers_act_on_parked_entries(client, django_user_model):
         {"stream": ledger.USAGE_STREAM.label, "entry": "0-1", "action": "discard"},
     )
     assert reply.status_code == 403
+
+
+def test_the_admin_puts_back_all_parked_entries_at_once(admin_client):
+    key, _ = make_api_key()
+    append(*(event(key, model="\x00") for _ in range(3)))
+    usage_flush()
+    assert streams.parked_count(ledger.USAGE_STREAM) == 3
+    page = admin_client.get(reverse("admin:platform_parked")).content.decode()
+    assert "3 parked" in page
+    url = reverse("admin:platform_parked")
+    stream = ledger.USAGE_STREAM.label
+    # An id that is not one is ignored, not a 500 from Redis.
+    reply = admin_client.post(url, {"stream": stream, "entry": "x' or 1", "action": "discard"})
+    assert reply.status_code == 302 and streams.parked_count(ledger.USAGE_STREAM) == 3
+    admin_client.post(url, {"stream": stream, "action": "requeue_all"})
+    assert streams.parked_count(ledger.USAGE_STREAM) == 0
+    assert sync_redis().xlen(ledger.stream_key()) == 3
+    usage_flush()
+    admin_client.post(url, {"stream": stream, "action": "discard_all"})
+    assert streams.parked_count(ledger.USAGE_STREAM) == 0
