@@ -21,7 +21,6 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Awaitable
 from typing import Any
 
 from django.conf import settings
@@ -140,8 +139,8 @@ class CompletionCall:
         self.others_on_node = 0
         self.response_started = False
         self.settled = False
-        # Submitted to Redis, not answered yet: the reply, and the stream entries it carries.
-        self._settlement: tuple[Awaitable[Any], list[tuple[str, bytes]]] | None = None
+        # The settle call on its way to Redis (its reply to come), and the entries it carries.
+        self._settlement: tuple[asyncio.Future, list[tuple[str, bytes]]] | None = None
 
     def mark(self, stage: str) -> None:
         now = time.perf_counter()
@@ -159,7 +158,11 @@ class CompletionCall:
             self.mark("auth")
             prepare = functools.partial(self._prepare, runtime, key, body)
             if len(body) > settings.DMX_LARGE_BODY_BYTES:
-                model, preferred = await runtime.off_loop(prepare)
+                try:
+                    async with asyncio.timeout(self._time_left()):
+                        model, preferred = await runtime.off_loop(prepare, owner=key.id)
+                except TimeoutError:
+                    raise self._timed_out() from None
             else:
                 model, preferred = prepare()
             request = self.request
@@ -549,29 +552,34 @@ class CompletionCall:
         decision = self._decision_event(runtime)
         if decision is not None:
             events.append((DECISION_STREAM.key(), decision.encode()))
-        try:
-            reply = await runtime.limiter.submit_settle(
+        # A task of its own, so that the relay cancelled meanwhile (the client left, the time ran
+        # out) cannot cancel the call halfway and drop the record: _confirm_settlement, which
+        # every request ends with, waits for it.
+        submitted = asyncio.ensure_future(
+            runtime.limiter.submit_settle(
                 self.admission, refund=self.reserved - prompt - completion, events=events
             )
-        except Exception:
-            _keep(runtime, self.request_id, events)
-        else:
-            self._settlement = (reply, events)
+        )
+        self._settlement = (submitted, events)
+        with contextlib.suppress(Exception):  # what failed, _confirm_settlement sees
+            await asyncio.shield(submitted)
         if prompt or completion:
             metrics.gateway_tokens.labels(event.model, "prompt").inc(prompt)
             metrics.gateway_tokens.labels(event.model, "completion").inc(completion)
 
     async def _confirm_settlement(self, runtime: GatewayRuntime | None) -> None:
-        """Wait for Redis's answer to the settle call, if one is on its way."""
+        """Wait for the settle call and Redis's answer to it, if one is on its way."""
         if self._settlement is None:
             return
-        reply, events = self._settlement
+        submitted, events = self._settlement
         self._settlement = None
         try:
-            await reply
-        except Exception:
+            await (await submitted)
+        except BaseException as exc:
             # Maybe appended, maybe not: a replay of one that was is stored once.
             _keep(runtime, self.request_id, events)
+            if not isinstance(exc, Exception):
+                raise  # cancelled: the record is kept, the cancellation goes on
 
 
 def _keep(runtime: GatewayRuntime, request_id: str, events: list[tuple[str, bytes]]) -> None:

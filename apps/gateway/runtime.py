@@ -15,6 +15,7 @@ import logging
 import os
 import sys
 import threading
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,10 +30,12 @@ from redis.exceptions import RedisError, ResponseError
 from apps.gateway import intent
 from apps.gateway.clients import trusted_networks
 from apps.gateway.content_filter import ContentFilter
+from apps.gateway.errors import GatewayErrorCode
 from apps.gateway.selectors import content_filter_load
 from apps.gateway.services import CONTENT_FILTER_VERSION_KEY
 from apps.gateway.upstream_http import HttpPool
 from apps.hardware.fleet import NodeSnapshot, fleet_key
+from apps.keys.errors import KeysErrorCode
 from apps.keys.keycache import KeyCache, invalidation_channel
 from apps.keys.leases import LeaseBook
 from apps.keys.limiter import Limiter
@@ -57,6 +60,7 @@ from apps.routing.services import ROUTING_TABLE_VERSION_KEY
 from apps.routing.stats import GatewayStats
 from apps.routing.table import RoutingTable
 from dmxplatform import streams
+from dmxplatform.errors import RateLimitError, ServiceUnavailableError
 from dmxplatform.memory import release_memory
 from dmxplatform.redis_client import async_redis, resp_client, rkey
 from dmxplatform.resp import RedisUnavailable, RespError
@@ -114,6 +118,7 @@ class GatewayRuntime:
         self._large = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="dmx-large-request", initializer=_lower_priority
         )
+        self._large_owners: Counter[int] = Counter()  # large requests waiting or running, by key
         self._tasks: list[asyncio.Task] = []
 
     async def start(self) -> None:
@@ -206,10 +211,27 @@ class GatewayRuntime:
             )
             self.content_filter_version = filter_version
 
-    async def off_loop(self, work: Callable[[], T]) -> T:
+    async def off_loop(self, work: Callable[[], T], *, owner: int) -> T:
         """Run a large request's CPU work in the worker thread, then give the memory it
         used back to the system (glibc keeps freed blocks of a big parse and tokenization
-        otherwise: an 8 MB prompt once left the process 900 MB larger)."""
+        otherwise: an 8 MB prompt once left the process 900 MB larger).
+
+        The thread is the process's, shared by every key: at most DMX_LARGE_BODY_QUEUE
+        requests wait for it (more get 503) and at most DMX_LARGE_BODY_PER_KEY of them are
+        one key's (more get 429), so that one client's megabytes cannot hold back everyone's."""
+        if self._large_owners[owner] >= settings.DMX_LARGE_BODY_PER_KEY:
+            raise RateLimitError(
+                f"Too many large requests of this key at once (at most "
+                f"{settings.DMX_LARGE_BODY_PER_KEY}). Please retry when one has finished.",
+                code=KeysErrorCode.RATE_LIMIT_EXCEEDED,
+                headers={"Retry-After": str(settings.DMX_RETRY_AFTER_SECONDS)},
+            )
+        if self._large_owners.total() >= settings.DMX_LARGE_BODY_QUEUE:
+            raise ServiceUnavailableError(
+                "The gateway is busy with large requests. Please retry shortly.",
+                code=GatewayErrorCode.NO_CAPACITY,
+                headers={"Retry-After": str(settings.DMX_RETRY_AFTER_SECONDS)},
+            )
 
         def run() -> T:
             try:
@@ -217,7 +239,18 @@ class GatewayRuntime:
             finally:
                 release_memory()
 
-        return await asyncio.get_running_loop().run_in_executor(self._large, run)
+        loop = asyncio.get_running_loop()
+        self._large_owners[owner] += 1
+        submitted = self._large.submit(run)
+        # Counted until the thread is done with it (or drops it unstarted), also when the caller
+        # stopped waiting: the work goes on, and so does what it holds of the thread.
+        submitted.add_done_callback(lambda _: loop.call_soon_threadsafe(self._large_done, owner))
+        return await asyncio.wrap_future(submitted)
+
+    def _large_done(self, owner: int) -> None:
+        self._large_owners[owner] -= 1
+        if not self._large_owners[owner]:
+            del self._large_owners[owner]
 
     async def observe(
         self,

@@ -152,6 +152,15 @@ def _check_messages(messages: Any) -> None:
                 f"{param}.role",
                 GatewayErrorCode.INVALID_VALUE,
             )
+        tool_calls = message.get("tool_calls")
+        if tool_calls is not None and not (
+            isinstance(tool_calls, list) and all(isinstance(call, dict) for call in tool_calls)
+        ):
+            raise _invalid(
+                f"'{param}.tool_calls' must be an array of objects.",
+                f"{param}.tool_calls",
+                GatewayErrorCode.INVALID_TYPE,
+            )
         content = message.get("content")
         # An assistant message may carry tool calls instead of content.
         if content is None and role == "assistant":

@@ -118,6 +118,11 @@ class PromptCounter:
             )
         except TemplateError as exc:
             raise ChatTemplateError(str(exc)) from exc
+        except (TypeError, ValueError, AttributeError, KeyError, IndexError) as exc:
+            # The template is the model's and runs sandboxed on the request's messages: what
+            # it trips over in them (tool_calls of the wrong type, `tojson` of what is not
+            # JSON) is the request's fault, a 400, as vLLM answers it.
+            raise ChatTemplateError(f"{exc.__class__.__name__}: {exc}") from exc
 
     def count_chat(self, messages: Sequence[dict[str, Any]]) -> int:
         """Return the prompt token count of a chat request."""

@@ -21,6 +21,10 @@ DMX_REDIS_TIMEOUT = env_float("DMX_REDIS_TIMEOUT", 1.0, minimum=0.05)
 # A completion request with a larger body is parsed, screened and counted in a worker thread
 # instead of on the event loop (the content filter takes about 0.1 ms per KB), bytes.
 DMX_LARGE_BODY_BYTES = env_int("DMX_LARGE_BODY_BYTES", 32 * 1024, minimum=0)
+# Large requests that may wait for that thread, per gateway process (more get 503), and of them
+# one key's (more get 429): a client's megabytes must not queue everyone else's behind them.
+DMX_LARGE_BODY_QUEUE = env_int("DMX_LARGE_BODY_QUEUE", 8, minimum=1)
+DMX_LARGE_BODY_PER_KEY = env_int("DMX_LARGE_BODY_PER_KEY", 2, minimum=1)
 # A request body (a prompt, a heartbeat) must arrive within this, seconds: 8 MiB at 4 Mbit/s.
 DMX_BODY_READ_TIMEOUT_SECONDS = env_float("DMX_BODY_READ_TIMEOUT_SECONDS", 20.0, minimum=0.1)
 # A completion request, streamed or not, ends after this long, seconds (OpenAI's client gives up

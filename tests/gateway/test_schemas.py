@@ -152,3 +152,14 @@ def test_fields_no_engine_honours_are_refused_by_name(field, value, code):
 )
 def test_fields_that_ask_for_nothing_unsupported_pass(fields):
     assert validate_completion(Endpoint.CHAT, chat(**fields)).payload.items() >= fields.items()
+
+
+@pytest.mark.parametrize("tool_calls", [5, "call", [1, 2]])
+def test_tool_calls_must_be_an_array_of_objects(tool_calls):
+    messages = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": None, "tool_calls": tool_calls},
+    ]
+    with pytest.raises(InvalidRequestError) as error:
+        validate_completion(Endpoint.CHAT, chat(messages=messages))
+    assert error.value.param == "messages[1].tool_calls"

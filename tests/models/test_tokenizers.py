@@ -90,3 +90,31 @@ def test_long_texts_are_counted_as_short_ones_are(counter):
     assert len(text) > tokenizers.BATCH_COUNT_CHARS
     single = len(counter._tokenizer.encode(text, add_special_tokens=False))
     assert counter.count_text(text) == single
+
+
+# The part of a tool-calling chat template (Qwen 2.5's, as shipped) that reads tool calls.
+TOOL_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{%- if message.tool_calls %}{%- for tool_call in message.tool_calls %}"
+    "{{ tool_call.function.name }}{{ tool_call.function.arguments | tojson }}"
+    "{%- endfor %}{%- else %}{{ message.content }}{%- endif %}"
+    "{%- endfor %}"
+)
+
+
+@pytest.mark.parametrize(
+    "tool_calls",
+    [5, [{"function": {"name": "f", "arguments": object}}]],
+    ids=["not-a-list", "arguments-not-json"],
+)
+def test_what_a_template_trips_over_in_the_messages_is_the_requests_fault(tool_calls):
+    """It used to be a TypeError from inside the template: a 500."""
+    directory = build_tiny_model()
+    counter = PromptCounter(
+        tokenizer_json=(directory / "tokenizer.json").read_text(),
+        chat_template=TOOL_TEMPLATE,
+        bos_token="",
+        eos_token="",
+    )
+    with pytest.raises(ChatTemplateError):
+        counter.render_chat([{"role": "assistant", "content": None, "tool_calls": tool_calls}])

@@ -1,0 +1,107 @@
+"""The settle call and the large-request thread, inside one gateway process (no servers)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from apps.gateway.pipeline import CompletionCall
+from apps.gateway.runtime import GatewayRuntime
+from apps.gateway.schemas import Endpoint
+from dmxplatform.errors import RateLimitError, ServiceUnavailableError
+from dmxplatform.spool import Spool, read_entries
+from tests.keys.factories import make_key_record
+
+
+class SlowLimiter:
+    """submit_settle that takes its time (a reconnect, SCRIPT LOAD), then succeeds or fails."""
+
+    def __init__(self, *, fails: bool) -> None:
+        self.fails = fails
+        self.calls = 0
+        self.release = asyncio.Event()
+
+    async def submit_settle(self, admission, *, refund, events):
+        self.calls += 1
+        await self.release.wait()
+        if self.fails:
+            raise ConnectionError("Redis went away")
+        reply = asyncio.get_running_loop().create_future()
+        reply.set_result(b"OK")
+        return reply
+
+
+class FakeRuntime:
+    def __init__(self, limiter, spool) -> None:
+        self.limiter = limiter
+        self.spool = spool
+        self.decision_sampler = None
+
+
+def call_for(runtime) -> CompletionCall:
+    call = CompletionCall(Endpoint.CHAT, {"headers": []}, None, None)
+    call.key = make_key_record()
+    return call
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["then-stored", "then-failed"])
+def test_a_relay_cancelled_while_its_settle_call_goes_out_loses_no_record(tmp_path, fails):
+    """The client leaves (or the time runs out) at [DONE], just as the settle call waits on a
+    reconnect: the call must go on, and a failure of it must be spooled, not dropped."""
+    spool = Spool(tmp_path)
+
+    async def scenario():
+        runtime = FakeRuntime(SlowLimiter(fails=fails), spool)
+        call = call_for(runtime)
+        relay = asyncio.ensure_future(call._submit_settlement(runtime))
+        await asyncio.sleep(0)
+        relay.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await relay
+        runtime.limiter.release.set()
+        await call._confirm_settlement(runtime)  # every request ends with it
+        return runtime.limiter.calls, call
+
+    calls, call = asyncio.run(scenario())
+    assert calls == 1
+    spooled = [entry for path in tmp_path.glob("*") for entry in read_entries(path)[0]]
+    if fails:
+        assert len(spooled) == 1 and call.request_id.encode() in spooled[0][1]
+    else:
+        assert spooled == []
+    spool.close()
+
+
+def test_large_requests_are_capped_per_key_and_per_process(settings):
+    """One thread serves every key's large bodies: one key may hold two places, the process
+    eight; past them, 429 and 503 with Retry-After instead of an unbounded queue."""
+    settings.DMX_LARGE_BODY_PER_KEY = 2
+    settings.DMX_LARGE_BODY_QUEUE = 3
+    gate = threading.Event()
+
+    async def scenario():
+        runtime = GatewayRuntime()
+        try:
+            held = [
+                asyncio.ensure_future(runtime.off_loop(gate.wait, owner=owner))
+                for owner in (1, 1, 2)
+            ]
+            await asyncio.sleep(0.05)
+            with pytest.raises(RateLimitError) as per_key:
+                await runtime.off_loop(gate.wait, owner=1)
+            with pytest.raises(ServiceUnavailableError) as per_process:
+                await runtime.off_loop(gate.wait, owner=3)
+            gate.set()
+            assert await asyncio.gather(*held) == [True, True, True]
+            await asyncio.sleep(0.05)  # the thread's done callbacks
+            assert await runtime.off_loop(lambda: "served", owner=3) == "served"
+            return per_key.value, per_process.value
+        finally:
+            gate.set()
+            runtime._large.shutdown(wait=True)
+
+    per_key, per_process = asyncio.run(scenario())
+    assert per_key.status == 429 and "Retry-After" in per_key.headers
+    assert per_process.status == 503 and "Retry-After" in per_process.headers
