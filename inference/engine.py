@@ -26,6 +26,8 @@ PROBE_TIMEOUT = 5.0
 STOP_GRACE = 15.0
 # Connecting to a port on this host answers at once when something listens there.
 PORT_PROBE_TIMEOUT = 1.0
+# Set in vLLM's environment to the run directory: marks its processes, whatever their title.
+RUN_DIR_MARKER = "DMX_ENGINE_RUN_DIR"
 
 
 @dataclass
@@ -64,9 +66,17 @@ class EngineConfig:
             *self.extra_args,
         ]
 
+    @property
+    def marker(self) -> str:
+        """An environment entry every process of this run directory's vLLM inherits."""
+        return f"{RUN_DIR_MARKER}={self.run_dir}"
+
     def environment(self) -> dict[str, str]:
-        """vLLM's environment: its sockets, caches and temp files under the run directory."""
+        """vLLM's environment: its sockets, caches and temp files under the run directory, the
+        run directory's marker; not the node token, which is the worker's alone."""
         env = {**os.environ, **self.env}
+        env.pop("DMX_NODE_TOKEN", None)
+        env[RUN_DIR_MARKER] = str(self.run_dir)
         for name in ("tmp", "cache", "rpc"):
             (self.run_dir / name).mkdir(parents=True, exist_ok=True)
         env.setdefault("VLLM_HOST_IP", self.host)
@@ -108,11 +118,9 @@ class Engine:
         proctree.become_subreaper()
         # Its own session and process group, so that stop() reaches vLLM's children too.
         self.process = subprocess.Popen(
-            self.config.command(),
+            proctree.launch_argv(self.config.command()),
             env=self.config.environment(),
             start_new_session=True,
-            # Runs between fork and exec: a prctl call only, safe in a threaded parent.
-            preexec_fn=proctree.child_setup(os.getpid()),
         )
         self.pid_file.write_text(str(self.process.pid))
 
@@ -122,8 +130,8 @@ class Engine:
         except (OSError, ValueError):
             return
         members = proctree.group_members(pgid)
-        # A group id is reused only after the group is gone; still, stop only a vLLM.
-        if members and any("vllm" in proctree.command_line(pid) for pid in members):
+        # A group id is reused only after the group is gone; still, stop only this directory's.
+        if any(proctree.has_environment(pid, self.config.marker) for pid in members):
             logger.warning("stopping vLLM processes %s left by an earlier worker", members)
             proctree.stop_group(pgid, grace=STOP_GRACE)
 
@@ -176,7 +184,7 @@ class Engine:
         if self.process is None:
             return None
         # The API server leads its group: the group's id is its pid, even once it has exited.
-        proctree.stop_group(self.process.pid, grace=STOP_GRACE)
+        proctree.stop_group(self.process.pid, grace=STOP_GRACE, keep=self.process.pid)
         self.process.wait()
         self.pid_file.unlink(missing_ok=True)
         return self.process.returncode

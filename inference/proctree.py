@@ -7,8 +7,11 @@ worker's health check reaches the orphan. Hence:
 
 - vLLM runs in a process group (and session) of its own, whose id is the API server's pid,
   written to the run directory, so that a later worker can find what an earlier one left;
-- vLLM gets SIGTERM when the worker dies, however it dies (the parent-death signal), and shuts
-  its engine down as it does on any SIGTERM;
+- vLLM gets SIGTERM when the worker dies, however it dies (the parent-death signal, set by
+  this module run as a launcher that then execs vLLM), and shuts its engine down as it does on
+  any SIGTERM;
+- every process of the tree carries the run directory in its environment, so that a later
+  worker on that directory can tell what an earlier one left from anything else;
 - the worker is a child subreaper: vLLM's children, orphaned by a dead API server, become the
   worker's, which signals and reaps the whole group on every exit path.
 
@@ -22,6 +25,7 @@ import ctypes
 import errno
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -49,16 +53,20 @@ def become_subreaper() -> None:
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
-def child_setup(parent_pid: int, death_signal: signal.Signals = signal.SIGTERM):
-    """A Popen preexec_fn: `death_signal` reaches the child when its parent dies; a parent that
-    died before this ran (the child was adopted already) means exit at once."""
+def launch_argv(argv: list[str]) -> list[str]:
+    """`argv` run through this module: it sets the parent-death signal and execs `argv`.
 
-    def setup() -> None:
-        _prctl(PR_SET_PDEATHSIG, death_signal)
-        if os.getppid() != parent_pid:
-            os._exit(1)
+    Not a Popen preexec_fn: that runs Python between fork and exec, unsafe in a parent with
+    threads (the worker has them); here the prctl happens in a fresh interpreter, and survives
+    the exec."""
+    return [sys.executable, "-m", "inference.proctree", str(os.getpid()), *argv]
 
-    return setup
+
+def _launch(parent_pid: int, argv: list[str]) -> None:
+    _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent_pid:  # the parent died before the prctl: nobody to serve
+        os._exit(1)
+    os.execv(argv[0], argv)
 
 
 def _stat(pid: int) -> tuple[int, int, str] | None:
@@ -83,19 +91,22 @@ def group_members(pgid: int) -> list[int]:
     return members
 
 
-def command_line(pid: int) -> str:
+def has_environment(pid: int, entry: str) -> bool:
+    """Whether a process was started with `entry` ("NAME=value") in its environment: children
+    inherit it, so it marks a whole tree (vLLM retitles its processes, VLLM::EngineCore, and
+    the interpreter's path says nothing)."""
     try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        return entry.encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     except OSError:
-        return ""
-    return raw.replace(b"\0", b" ").decode(errors="replace")
+        return False
 
 
-def _reap_adopted() -> None:
-    """Collect the exit status of descendants this subreaper adopted and that have exited."""
+def _reap_adopted(keep: int | None) -> None:
+    """Collect the exit status of descendants this subreaper adopted and that have exited; not
+    `keep`'s, a child of our own whose Popen reads its status itself."""
     me = os.getpid()
     for entry in os.listdir("/proc"):
-        if entry.isdigit():
+        if entry.isdigit() and int(entry) != keep:
             stat = _stat(int(entry))
             if stat is not None and stat[0] == me and stat[2] == "Z":
                 with contextlib.suppress(ChildProcessError):
@@ -112,25 +123,30 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
             raise
 
 
-def stop_group(pgid: int, *, grace: float) -> bool:
+def stop_group(pgid: int, *, grace: float, keep: int | None = None) -> bool:
     """SIGTERM every process of a group, SIGKILL what is left after `grace` seconds, and wait
-    until none is left; return whether any was found."""
+    until none is left; return whether any was found. `keep`: a child whose status Popen reads."""
     if not group_members(pgid):
-        _reap_adopted()
+        _reap_adopted(keep)
         return False
     _signal_group(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace
     while group_members(pgid) and time.monotonic() < deadline:
-        _reap_adopted()
+        _reap_adopted(keep)
         time.sleep(POLL_SECONDS)
     if group_members(pgid):
         _signal_group(pgid, signal.SIGKILL)
         deadline = time.monotonic() + KILL_WAIT_SECONDS
         while group_members(pgid) and time.monotonic() < deadline:
-            _reap_adopted()
+            _reap_adopted(keep)
             time.sleep(POLL_SECONDS)
-    _reap_adopted()
+    _reap_adopted(keep)
     left = group_members(pgid)
     if left:
         raise OSError(f"processes {left} of group {pgid} survive SIGKILL")
     return True
+
+
+if __name__ == "__main__":
+    # python -m inference.proctree PARENT_PID ARGV...: see launch_argv.
+    _launch(int(sys.argv[1]), sys.argv[2:])

@@ -1,5 +1,6 @@
-"""A worker killed hard, or its engine killed hard: nothing of vLLM is left running, the
-restarted worker serves on the same port, and every request sent meanwhile is billed once.
+"""A worker's engine killed hard, or the worker and its engine together: nothing of vLLM is left
+running, the restarted worker serves on the same port, and every request sent meanwhile is
+billed once.
 
 vLLM's API server starts its engine core and that core's worker; killed with -9 they used to
 outlive it (with their memory: GPU memory on a GPU host), and a worker killed with -9 left vLLM
@@ -12,6 +13,7 @@ import os
 import signal
 import socket
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -58,12 +60,17 @@ def restart(platform, model: str, port: int):
     return worker
 
 
+def exited(pid: int) -> bool:
+    """Gone, or a zombie waiting for whoever adopted it to collect its status."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
 def wait_gone(pgid: int, members: list[int]) -> None:
     wait_for(
-        lambda: (
-            not proctree.group_members(pgid)
-            and not any(proctree.command_line(pid) for pid in members)
-        ),
+        lambda: not proctree.group_members(pgid) and all(exited(pid) for pid in members),
         timeout=GONE_WITHIN,
         what=f"vLLM's processes {members} to be gone",
     )
@@ -94,14 +101,20 @@ def test_killed_engine_and_killed_worker_leave_no_orphan_and_restart(platform, c
     worker = restart(platform, model, worker.port)
     serve(platform, model, sent, key)
 
-    # 3. The worker itself killed: vLLM is told (its parent-death signal) and stops; a worker
-    # restarted at once stops whatever of it is left, finds the port free, and serves.
+    # 3. The worker and vLLM's API server killed together, as a host's OOM killer might: the
+    # engine core is left with nobody to tell it. The restarted worker finds it by the run
+    # directory it carries in its environment, stops it, finds the port free, and serves.
+    # (The worker alone killed: vLLM is told by its parent-death signal, tests/inference/
+    # test_proctree.py.)
     engine = worker.engine_pid()
     members = proctree.group_members(engine)
-    os.kill(worker.process.pid, signal.SIGKILL)
+    for pid in (worker.process.pid, engine):
+        os.kill(pid, signal.SIGKILL)
     worker.process.wait(timeout=10)
+    assert proctree.group_members(engine), "the engine core outlives them both"
     worker = restart(platform, model, worker.port)
     wait_gone(engine, members)
+    assert "left by an earlier worker" in worker.log_tail(400)
     serve(platform, model, sent, key)
     last = worker.engine_pid()
     assert last != engine
