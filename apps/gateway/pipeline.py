@@ -42,7 +42,11 @@ from apps.gateway.prompts import affinity_key, intent_text, screen_prompt
 from apps.gateway.runtime import GatewayRuntime, get_runtime
 from apps.gateway.schemas import CompletionRequest, Endpoint, parse_json, validate_completion
 from apps.gateway.upstream import connect, stream_error, upstream_error
-from apps.gateway.upstream_http import UpstreamConnectionError, UpstreamResponse
+from apps.gateway.upstream_http import (
+    UpstreamConnectionError,
+    UpstreamResponse,
+    UpstreamTimeout,
+)
 from apps.hardware.fleet import NodeSnapshot
 from apps.keys.choices import UsageStatus
 from apps.keys.keycache import KeyRecord
@@ -135,7 +139,9 @@ class CompletionCall:
         self.flags: list[str] = []
         self.usage: dict[str, Any] | None = None
         self.first_token_at: float | None = None
-        # Other requests on the node when this one was sent and when its first token came.
+        # When the request went to its node (wall clock, as heartbeats are stamped), and how
+        # many others the node had then and when its first token came.
+        self.sent_at = 0.0
         self.others_on_node = 0
         self.response_started = False
         self.settled = False
@@ -177,9 +183,12 @@ class CompletionCall:
                 preferred_profiles=preferred,
             )
             route = functools.partial(self._route, runtime)
-            async with connect(runtime, request, route, priority=key.priority) as (node, response):
+            self.sent_at = time.time()
+            async with connect(
+                runtime, request, route, priority=key.priority, time_left=self._time_left
+            ) as (node, response):
                 self.node = node
-                self.others_on_node = runtime.fleet.others_on(node)
+                self.others_on_node = runtime.fleet.others_on(node, since=self.sent_at)
                 self.mark("upstream_connect")
                 if response.status != 200:
                     raise upstream_error(response.status, await response.read())
@@ -190,6 +199,8 @@ class CompletionCall:
             await self._observe(runtime)
         except ApplicationError as error:
             await self._fail(runtime, error)
+        except UpstreamTimeout:
+            await self._fail(runtime, self._timed_out())
         except UpstreamConnectionError as exc:
             await self._fail(
                 runtime,
@@ -271,6 +282,7 @@ class CompletionCall:
             ttft_ms=ttft if self.request and self.request.stream else None,
             latency_ms=(time.perf_counter() - self._t0) * 1000,
             model=self.route_request.model,
+            prompt_tokens=self.route_request.prompt_tokens,
             others_on_node=self.others_on_node,
         )
 
@@ -414,7 +426,8 @@ class CompletionCall:
                 if editor.first_content and self.first_token_at is None:
                     self.first_token_at = time.perf_counter()
                     self.others_on_node = max(
-                        self.others_on_node, runtime.fleet.others_on(self.node)
+                        self.others_on_node,
+                        runtime.fleet.others_on(self.node, since=self.sent_at),
                     )
                 if edited is not None:
                     held.append(sse.encode(edited))

@@ -260,6 +260,7 @@ class GatewayRuntime:
         ttft_ms: float | None = None,
         latency_ms: float = 0.0,
         model: ModelEntry | None = None,
+        prompt_tokens: int = 0,
         others_on_node: int = 0,
     ) -> None:
         """Feed a request's outcome on a node to the latency windows and its circuit breaker; a
@@ -268,6 +269,7 @@ class GatewayRuntime:
         slow = ttft_ms is not None and slow_first_token(
             ttft_ms=ttft_ms,
             limit_ms=slow_ttft_limit_ms(model.sla_ttft_p95_ms if model else None),
+            prompt_tokens=prompt_tokens,
             others_on_node=others_on_node,
             healthy_alternatives=self._healthy_alternatives(node),
         )

@@ -11,7 +11,7 @@ from django.conf import settings
 
 from apps.gateway.errors import GatewayErrorCode
 from apps.gateway.schemas import CompletionRequest
-from apps.gateway.upstream_http import UpstreamConnectionError, UpstreamResponse
+from apps.gateway.upstream_http import UpstreamConnectionError, UpstreamResponse, UpstreamTimeout
 from apps.hardware.fleet import NodeSnapshot
 from dmxplatform.errors import (
     ApplicationError,
@@ -85,7 +85,12 @@ Route = Callable[[list[int]], Awaitable[NodeSnapshot | None]]
 
 @contextlib.asynccontextmanager
 async def connect(
-    runtime: GatewayRuntime, request: CompletionRequest, route: Route, *, priority: int
+    runtime: GatewayRuntime,
+    request: CompletionRequest,
+    route: Route,
+    *,
+    priority: int,
+    time_left: Callable[[], float],
 ) -> AsyncIterator[tuple[NodeSnapshot, UpstreamResponse]]:
     """Yield the first node that answers below 500 and its response; retry once on failure.
 
@@ -103,8 +108,15 @@ async def connect(
         runtime.fleet.inflight[node.id] += 1
         try:
             response = await runtime.http.post(
-                node.url + request.endpoint.path, upstream_body(request, node, priority=priority)
+                node.url + request.endpoint.path,
+                upstream_body(request, node, priority=priority),
+                # Unstreamed, vLLM answers once the whole completion is generated: the wait is
+                # the request's, not a sign of a dead node.
+                first_byte=None if request.stream else max(time_left(), 0.001),
             )
+        except UpstreamTimeout:
+            runtime.fleet.inflight[node.id] -= 1
+            raise
         except _UPSTREAM_FAILURES as exc:
             runtime.fleet.inflight[node.id] -= 1
             await runtime.observe(node, failed=True)

@@ -30,6 +30,11 @@ class UpstreamConnectionError(ConnectionError):
     """The node could not be reached, closed the connection, or went silent too long."""
 
 
+class UpstreamTimeout(UpstreamConnectionError):
+    """A non-streamed request's answer did not come within the time it had: the request's
+    timeout, not the node's failure (vLLM answers such a request only once it is generated)."""
+
+
 class _Connection(asyncio.Protocol):
     """One keep-alive connection; carries one response at a time."""
 
@@ -81,15 +86,21 @@ class _Connection(asyncio.Protocol):
 
     # ------------------------------------------------------------------------------------------
 
-    def send(self, response: UpstreamResponse, request: bytes) -> None:
+    def send(self, response: UpstreamResponse, request: bytes, first_byte: float | None) -> None:
         self.response = response
         self.transport.write(request)
-        self._arm()
+        self._arm(first_byte)
 
-    def _arm(self) -> None:
-        """Restart the read timer: the node must send something within read_timeout."""
+    def _arm(self, first_byte: float | None = None) -> None:
+        """Restart the read timer: the node must send something within read_timeout, or its
+        first byte within `first_byte`."""
         self._disarm()
-        self._timer = asyncio.get_running_loop().call_later(self.pool.read_timeout, self._expire)
+        if first_byte is None:
+            self._timer = asyncio.get_running_loop().call_later(
+                self.pool.read_timeout, self._expire
+            )
+        else:
+            self._timer = asyncio.get_running_loop().call_later(first_byte, self._expire_first)
 
     def _disarm(self) -> None:
         if self._timer is not None:
@@ -98,6 +109,10 @@ class _Connection(asyncio.Protocol):
 
     def _expire(self) -> None:
         self._fail(UpstreamConnectionError("the node sent nothing within the read timeout"))
+        self.transport.close()
+
+    def _expire_first(self) -> None:
+        self._fail(UpstreamTimeout("the answer did not come within the request's time"))
         self.transport.close()
 
     def _fail(self, error: Exception) -> None:
@@ -237,8 +252,12 @@ class HttpPool:
             ).encode()
         return head
 
-    async def post(self, url: str, body: bytes) -> UpstreamResponse:
-        """POST JSON and wait for the response's status line and headers."""
+    async def post(
+        self, url: str, body: bytes, *, first_byte: float | None = None
+    ) -> UpstreamResponse:
+        """POST JSON and wait for the response's status line and headers; within `first_byte`
+        seconds when given (a non-streamed request, answered whole), else within the read
+        timeout."""
         parts = urlsplit(url)
         origin = (parts.hostname, parts.port or 80)
         request = b"POST %s HTTP/1.1\r\n%sContent-Length: %d\r\n\r\n%s" % (
@@ -253,7 +272,7 @@ class HttpPool:
             if connection.closed:
                 continue
             response = UpstreamResponse(connection)
-            connection.send(response, request)
+            connection.send(response, request, first_byte)
             try:
                 return await _started(response)
             except UpstreamConnectionError:
@@ -262,7 +281,7 @@ class HttpPool:
                 continue
         connection = await self._connect(origin)
         response = UpstreamResponse(connection)
-        connection.send(response, request)
+        connection.send(response, request, first_byte)
         return await _started(response)
 
     async def close(self) -> None:

@@ -67,17 +67,28 @@ def slow_ttft_limit_ms(sla_ttft_p95_ms: int | None) -> float:
 
 
 def slow_first_token(
-    *, ttft_ms: float, limit_ms: float, others_on_node: int, healthy_alternatives: int
+    *,
+    ttft_ms: float,
+    limit_ms: float,
+    prompt_tokens: int,
+    others_on_node: int,
+    healthy_alternatives: int,
 ) -> bool:
     """Whether a first token counts as a failure of its node.
 
-    Only when it is slower than the limit on a node that had nothing else to do: waiting
-    behind other requests is load, which the router spreads and the admission queue sheds (503
-    with Retry-After), and a breaker opened by load takes capacity away exactly when it is short
-    (a burst of long prompts once closed the only healthy node for its cooldown). And never
-    when no other healthy node serves the model: slowness alone does not close the last one.
+    Only when it is slower than the limit, for a prompt of ordinary length, on a node that had
+    nothing else to do: a long prompt's prefill takes its time anywhere, and waiting behind
+    other requests is load, which the router spreads and the admission queue sheds (503 with
+    Retry-After); a breaker opened by load takes capacity away exactly when it is short (a
+    burst of long prompts once closed the only healthy node for its cooldown). And never when
+    no other healthy node serves the model: slowness alone does not close the last one.
     """
-    return ttft_ms > limit_ms and others_on_node == 0 and healthy_alternatives > 0
+    return (
+        ttft_ms > limit_ms
+        and prompt_tokens <= settings.DMX_BREAKER_SLOW_PROMPT_TOKENS
+        and others_on_node == 0
+        and healthy_alternatives > 0
+    )
 
 
 class BreakerBoard:

@@ -70,10 +70,13 @@ class FleetView:
         """Requests on a node: what it reported plus what this process sent since."""
         return node.num_requests_running + node.num_requests_waiting + self.inflight[node.id]
 
-    def others_on(self, node: NodeSnapshot) -> int:
-        """Requests on a node besides one of this process's in flight there: this process's
-        own others, or the engine's last count less that one, whichever is more (the engine
-        counts ours too, once they reach it; other gateways' only it sees)."""
+    def others_on(self, node: NodeSnapshot, *, since: float) -> int:
+        """Requests on a node besides one of this process's, in flight there since `since`
+        (wall clock): this process's own others, or the engine's last count, whichever is more
+        (other gateways' requests only the engine sees). The engine counts ours too when its
+        heartbeat came after we sent it; one from before cannot."""
         latest = self.get(node.id) or node
         engine = latest.num_requests_running + latest.num_requests_waiting
-        return max(self.inflight[node.id] - 1, engine - 1, 0)
+        if latest.heartbeat_at > since:
+            engine -= 1
+        return max(self.inflight[node.id] - 1, engine, 0)

@@ -57,6 +57,8 @@ DMX_BREAKER_COOLDOWN_SECONDS = env_float("DMX_BREAKER_COOLDOWN_SECONDS", 10.0, m
 # another healthy node serves the model (apps.routing.breaker.slow_first_token).
 DMX_BREAKER_SLOW_SLA_FACTOR = env_float("DMX_BREAKER_SLOW_SLA_FACTOR", 4.0, minimum=1.0)
 DMX_BREAKER_SLOW_TTFT_SECONDS = env_float("DMX_BREAKER_SLOW_TTFT_SECONDS", 2.0, minimum=0.01)
+# ...for prompts up to this many tokens: a longer one's prefill is slow on any node.
+DMX_BREAKER_SLOW_PROMPT_TOKENS = env_int("DMX_BREAKER_SLOW_PROMPT_TOKENS", 4096, minimum=1)
 
 # Canaries are judged after this many requests since they started.
 DMX_CANARY_MIN_REQUESTS = env_int("DMX_CANARY_MIN_REQUESTS", 100, minimum=1)

@@ -186,3 +186,34 @@ def test_a_request_called_off_before_the_answer_closes_its_connection():
 
     asyncio.run(scenario())
     assert node_saw_eof == [True]
+
+
+def test_an_unstreamed_answer_may_take_the_requests_time_not_the_read_timeout():
+    """vLLM answers an unstreamed request once it is generated: a long generation went silent
+    past the read timeout, failed as a dead node's, and was retried elsewhere."""
+    from apps.gateway.upstream_http import UpstreamTimeout
+
+    async def handler(reader, writer):
+        await read_request(reader)
+        await asyncio.sleep(0.6)  # generating: nothing to send until done
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+        await writer.drain()
+
+    async def scenario():
+        server, port = await serve(handler)
+        client = pool(read_timeout=0.2)
+        url = f"http://127.0.0.1:{port}/v1/completions"
+        response = await client.post(url, b"{}", first_byte=5.0)
+        body = await response.read()
+        response.release()
+        with pytest.raises(UpstreamTimeout):
+            await client.post(url, b"{}", first_byte=0.3)  # the request's time runs out
+        with pytest.raises(UpstreamConnectionError) as silent:
+            await client.post(url, b"{}")  # a stream's first byte: the read timeout
+        await client.close()
+        server.close()
+        return body, silent.value
+
+    body, silent = asyncio.run(scenario())
+    assert body == b"{}"
+    assert not isinstance(silent, UpstreamTimeout)

@@ -6,7 +6,7 @@ from apps.routing.breaker import BreakerBoard, BreakerState, breakers_key
 from apps.routing.services import breaker_reset
 from dmxplatform.redis_client import sync_redis
 from tests.keys.factories import run_with_redis
-from tests.routing.factories import make_model_entry, make_snapshot
+from tests.routing.factories import make_fleet, make_model_entry, make_snapshot
 
 
 @pytest.fixture(autouse=True)
@@ -99,7 +99,9 @@ def test_an_operator_can_reset_a_breaker(settings):
     assert not sync_redis().hexists(breakers_key(), "7")
 
 
-def slow_outcomes(settings, *, nodes, node, others_inflight=0, sla_ms=None, ttft_ms=5000.0):
+def slow_outcomes(
+    settings, *, nodes, node, others_inflight=0, sla_ms=None, ttft_ms=5000.0, prompt_tokens=100
+):
     """Three slow first tokens on `node` observed by a gateway runtime; the breaker's state."""
     from apps.gateway.runtime import GatewayRuntime
 
@@ -119,7 +121,8 @@ def slow_outcomes(settings, *, nodes, node, others_inflight=0, sla_ms=None, ttft
                 failed=False,
                 ttft_ms=ttft_ms,
                 model=model,
-                others_on_node=runtime.fleet.others_on(node),
+                prompt_tokens=prompt_tokens,
+                others_on_node=runtime.fleet.others_on(node, since=0.0),
             )
         return (await refreshed(redis, BreakerBoard(redis))).state(node.id)
 
@@ -158,3 +161,25 @@ def test_slow_is_relative_to_the_models_target(settings):
     assert slow_outcomes(settings, nodes=[a, b], node=a, sla_ms=2000) is BreakerState.CLOSED
     # 5 s against a 1 s target: five times it.
     assert slow_outcomes(settings, nodes=[a, b], node=a, sla_ms=1000) is BreakerState.OPEN
+
+
+def test_a_long_prompts_slow_first_token_is_its_prefill_not_a_failure(settings):
+    a, b = make_snapshot(), make_snapshot()
+    settings.DMX_BREAKER_SLOW_PROMPT_TOKENS = 4096
+    assert (
+        slow_outcomes(settings, nodes=[a, b], node=a, prompt_tokens=100_000) is BreakerState.CLOSED
+    )
+
+
+def test_a_heartbeat_from_before_a_request_was_sent_does_not_count_it():
+    """The engine's count includes our request only if its heartbeat came after we sent it:
+    otherwise the one it reports running is someone else's."""
+    import time
+
+    sent = time.time()
+    before = make_snapshot(num_requests_running=1, heartbeat_at=sent - 1)
+    after = make_snapshot(num_requests_running=1, heartbeat_at=sent + 1)
+    fleet = make_fleet(before, after)
+    fleet.inflight[before.id] = fleet.inflight[after.id] = 1  # ours
+    assert fleet.others_on(before, since=sent) == 1
+    assert fleet.others_on(after, since=sent) == 0
