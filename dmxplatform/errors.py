@@ -120,7 +120,7 @@ class UpstreamError(ApplicationError):
 class GatewayTimeoutError(ApplicationError):
     status = 504
     error_type = "server_error"
-    default_code = "timeout"
+    default_code = "request_timeout"
 
 
 class ServiceUnavailableError(ApplicationError):

@@ -18,7 +18,8 @@ import uvicorn
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dmxplatform.settings")
 
 
-def main(argv: list[str] | None = None) -> None:
+def options(argv: list[str] | None = None) -> dict:
+    """uvicorn's settings for this command line and the platform's settings."""
     from django.conf import settings
 
     parser = argparse.ArgumentParser(prog="python -m dmxplatform.serve")
@@ -29,22 +30,25 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--log-level", default="info")
     args = parser.parse_args(argv)
-    uvicorn.run(
-        "dmxplatform.asgi:application",
-        host=args.host,
-        port=args.port,
-        workers=args.workers,
-        loop="uvloop",
-        http="httptools",
-        lifespan="on",
-        access_log=False,
+    return {
+        "host": args.host,
+        "port": args.port,
+        "workers": args.workers,
+        "loop": "uvloop",
+        "http": "httptools",
+        "lifespan": "on",
+        "access_log": False,
         # The gateway reads X-Forwarded-For itself, from DMX_TRUSTED_PROXIES only.
-        proxy_headers=False,
-        log_level=args.log_level,
-        timeout_graceful_shutdown=int(
+        "proxy_headers": False,
+        "log_level": args.log_level,
+        "timeout_graceful_shutdown": int(
             settings.DMX_REQUEST_TIMEOUT_SECONDS + settings.DMX_GATEWAY_SHUTDOWN_MARGIN_SECONDS
         ),
-    )
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    uvicorn.run("dmxplatform.asgi:application", **options(argv))
 
 
 if __name__ == "__main__":

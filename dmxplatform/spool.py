@@ -15,6 +15,7 @@ the event loop for every request served while Redis is away.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import logging
@@ -46,6 +47,7 @@ class Spool:
         self.directory = directory
         self._fd: int | None = None
         self._path: Path | None = None
+        self._torn = False  # a write failed partway: the file may end in half a line
         self.appended = 0  # since this process started, for tests and logs
 
     def _own(self) -> int:
@@ -60,12 +62,26 @@ class Spool:
 
     def append(self, entries: list[tuple[str, bytes]]) -> None:
         """Keep (stream key, payload) entries for a later replay; raises OSError when the disk
-        will not take them."""
+        will not take all of them."""
         lines = b"".join(
             orjson.dumps({"stream": key, "payload": payload.decode()}) + b"\n"
             for key, payload in entries
         )
-        os.write(self._own(), lines)
+        if self._torn:
+            lines = b"\n" + lines  # the last write stopped mid-line: end that line first
+        fd = self._own()
+        view = memoryview(lines)
+        while view:
+            try:
+                written = os.write(fd, view)
+            except OSError:
+                self._torn = True
+                raise
+            if not written:
+                self._torn = True
+                raise OSError("the spool file takes no more")
+            view = view[written:]
+        self._torn = False
         self.appended += len(entries)
 
     def pending(self) -> bool:
@@ -106,6 +122,8 @@ def read_entries(path: Path) -> tuple[list[tuple[str, bytes]], int]:
     (a line cut short by a crash mid-write)."""
     entries, unreadable = [], 0
     for line in path.read_bytes().splitlines():
+        if not line:
+            continue
         try:
             record = orjson.loads(line)
             entries.append((record["stream"], record["payload"].encode()))
@@ -119,11 +137,15 @@ async def replay(spool: Spool, redis, *, field: bytes) -> int:
     first Redis error, leaving what is not done for the next call."""
     done = 0
     for path in spool.take():
-        fd = os.open(path, os.O_RDONLY)
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue  # another process replayed it meanwhile
         try:
             if not _lock(fd):
                 continue  # another process replays it now
-            entries, unreadable = read_entries(path)
+            # A long outage's file can hold hundreds of MB: read and parsed off the event loop.
+            entries, unreadable = await asyncio.to_thread(read_entries, path)
             for start in range(0, len(entries), REPLAY_BATCH):
                 pipe = redis.pipeline(transaction=False)
                 for key, payload in entries[start : start + REPLAY_BATCH]:

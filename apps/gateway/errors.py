@@ -10,7 +10,6 @@ class GatewayErrorCode(StrEnum):
     INVALID_VALUE = "invalid_value"
     UNSUPPORTED_PARAMETER = "unsupported_parameter"
     UNSUPPORTED_VALUE = "unsupported_value"
-    REQUEST_TIMEOUT = "request_timeout"
     INVALID_API_KEY = "invalid_api_key"
     KEY_REVOKED = "api_key_revoked"
     KEY_EXPIRED = "api_key_expired"

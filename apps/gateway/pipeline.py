@@ -356,8 +356,7 @@ class CompletionCall:
     def _timed_out(self) -> GatewayTimeoutError:
         self.outcome = UsageStatus.TIMED_OUT
         return GatewayTimeoutError(
-            f"The request ran longer than {settings.DMX_REQUEST_TIMEOUT_SECONDS:g} seconds.",
-            code=GatewayErrorCode.REQUEST_TIMEOUT,
+            f"The request ran longer than {settings.DMX_REQUEST_TIMEOUT_SECONDS:g} seconds."
         )
 
     async def _respond(self, runtime: GatewayRuntime, response: UpstreamResponse) -> None:
@@ -407,9 +406,11 @@ class CompletionCall:
             runtime.content_filter, endpoint=self.endpoint, include_usage=self.request.include_usage
         )
         splitter = sse.EventSplitter()
-        # Events before the first token (vLLM's role chunk) wait: should the engine refuse the
-        # request instead, the client then gets the refusal's own status, as unstreamed.
+        # vLLM's first event (the role chunk) waits for the next one: should the engine refuse
+        # the request instead, the client then gets the refusal's own status, as unstreamed.
+        # Only that one: a stream of tool calls or reasoning has no content for a long while.
         held: list[bytes] = []
+        events = 0
         async for chunk in response.chunks():
             for event in splitter.feed(chunk):
                 data = sse.data_of(event)
@@ -422,6 +423,7 @@ class CompletionCall:
                 if data.startswith(b'{"error"'):
                     held.append(await self._stream_error(runtime, stream_error(data)))
                     continue
+                events += 1
                 edited = editor.edit(data)
                 if editor.first_content and self.first_token_at is None:
                     self.first_token_at = time.perf_counter()
@@ -434,7 +436,7 @@ class CompletionCall:
                 if editor.blocked is not None:
                     await self._end_blocked(runtime, held)
                     return
-            if held and (self.response_started or editor.first_content or self.settled):
+            if held and (self.response_started or events > 1 or self.settled):
                 await self._send_body(b"".join(held), more=True)
                 held = []
         self.mark("upstream")

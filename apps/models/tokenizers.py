@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -46,8 +47,47 @@ def message_text(content: Any) -> str:
 # Texts longer than this are counted with the batch API, which releases the GIL (a worker
 # thread counting a long prompt then leaves the event loop free) and keeps no offsets (a
 # million-token Encoding with them weighs hundreds of MB). Shorter ones take `encode`, which is
-# quicker for them.
-BATCH_COUNT_CHARS = 64 * 1024
+# quicker for them. Well below the body size that sends a request's counting to the thread
+# (DMX_LARGE_BODY_BYTES), so that what the thread counts does not hold the GIL.
+BATCH_COUNT_CHARS = 8 * 1024
+
+# Normalizers after which text has at least about as many characters as before (composition,
+# NFC's, can join at most a few into one: slack the bound's looseness absorbs). Strip,
+# whitespace collapsing and the like can shrink text without limit, and void the bound.
+_LENGTH_KEEPING_NORMALIZERS = frozenset({"NFC", "NFD", "NFKC", "NFKD", "Lowercase", "Prepend"})
+
+
+def _length_keeping(normalizer: dict[str, Any] | None) -> bool:
+    if normalizer is None:
+        return True
+    kind = normalizer.get("type")
+    if kind == "Sequence":
+        return all(_length_keeping(n) for n in normalizer.get("normalizers", []))
+    if kind == "Replace":  # SentencePiece's " " -> "▁": safe when nothing gets shorter
+        pattern = (normalizer.get("pattern") or {}).get("String")
+        return pattern is not None and len(normalizer.get("content", "")) >= len(pattern)
+    return kind in _LENGTH_KEEPING_NORMALIZERS
+
+
+def _byte_level(pre_tokenizer: dict[str, Any] | None) -> bool:
+    if pre_tokenizer is None:
+        return False
+    if pre_tokenizer.get("type") == "Sequence":
+        return any(_byte_level(p) for p in pre_tokenizer.get("pretokenizers", []))
+    return pre_tokenizer.get("type") == "ByteLevel"
+
+
+def _bound_holds(spec: dict[str, Any]) -> bool:
+    """Whether every token of this tokenizer stands for at least one character of the text, so
+    that characters over the longest token bound the count from below: BPE over bytes (GPT-2's
+    byte-level kind, or SentencePiece's with byte fallback), after normalizers that keep the
+    length. WordPiece, Unigram and BPE that fuse unknown characters make one token of any run."""
+    model = spec.get("model") or {}
+    return (
+        model.get("type") == "BPE"
+        and (_byte_level(spec.get("pre_tokenizer")) or bool(model.get("byte_fallback")))
+        and _length_keeping(spec.get("normalizer"))
+    )
 
 
 def prompt_chars(content: Any) -> int:
@@ -73,16 +113,24 @@ class PromptCounter:
         )
         self._bos = bos_token
         self._eos = eos_token
-        # One token covers at most this many characters of text: a vocabulary entry is at least
-        # as long as the text it stands for (a byte-level entry has a character per byte).
-        self.longest_token_chars = max(
-            (len(token) for token in self._tokenizer.get_vocab(with_added_tokens=True)),
-            default=1,
+        # One token covers at most this many characters of text (a vocabulary entry is at least
+        # as long as the text it stands for; a byte-level one has a character per byte), where
+        # the tokenizer is of a kind for which that holds; None where it is not.
+        self.longest_token_chars = (
+            max(
+                (len(token) for token in self._tokenizer.get_vocab(with_added_tokens=True)),
+                default=1,
+            )
+            if _bound_holds(json.loads(tokenizer_json))
+            else None
         )
 
     def min_tokens(self, chars: int) -> int:
-        """The fewest tokens text of `chars` characters can make: a bound known without
-        tokenizing, which refuses a prompt that cannot fit before paying for its count."""
+        """The fewest tokens text of `chars` characters can make (0 where the tokenizer gives
+        no such bound): known without tokenizing, it refuses a prompt that cannot fit before
+        paying for its count."""
+        if self.longest_token_chars is None:
+            return 0
         return -(-chars // self.longest_token_chars)
 
     def count_text(self, text: str) -> int:

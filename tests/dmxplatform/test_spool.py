@@ -133,3 +133,25 @@ def test_a_process_holds_the_lock_on_its_own_file(tmp_path):
         fcntl.flock(fd, fcntl.LOCK_UN)
     finally:
         os.close(fd)
+
+
+def test_a_write_the_disk_cuts_short_is_an_error_and_spoils_no_other_line(tmp_path, monkeypatch):
+    """A full disk took half a line: that record is not kept (the caller logs it instead), and
+    the next one, written once the disk has room, is still read back whole."""
+    spool = Spool(tmp_path)
+    real_write = os.write
+    calls = {"n": 0}
+
+    def half_then_full(fd, data):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return real_write(fd, bytes(data[: len(data) // 2]))
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(spool_module.os, "write", half_then_full)
+    with pytest.raises(OSError):
+        spool.append([(stream(), b'{"lost": true}')])
+    monkeypatch.undo()
+    spool.append([(stream(), b'{"kept": true}')])
+    assert run_replay(spool) == 1
+    assert entries() == [b'{"kept": true}']

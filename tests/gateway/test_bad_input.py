@@ -62,7 +62,7 @@ def test_fields_that_would_be_ignored_are_refused_by_name(platform, field, value
     assert_error(chat(platform, hello(**{field: value})), 400, code, field)
 
 
-def test_fields_the_engine_honours_go_to_it(platform):
+def test_fields_the_engine_honours_are_accepted(platform):
     reply = chat(platform, hello(parallel_tool_calls=False, reasoning_effort="low"))
     assert reply.status == 200, reply.body
 
@@ -138,7 +138,8 @@ def test_a_body_that_stops_arriving_is_a_408(platform):
     assert answer.startswith(b"HTTP/1.1 408 ")
     assert b'"code":"request_timeout"' in answer
     limit = settings.DMX_BODY_READ_TIMEOUT_SECONDS
-    assert limit <= waited < limit + 5
+    # The server's clock starts when the headers arrive, a moment before the client's.
+    assert limit - 0.5 <= waited < limit + 5
 
 
 def test_a_prompt_of_megabytes_is_refused_from_its_length(platform):

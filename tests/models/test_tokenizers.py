@@ -118,3 +118,59 @@ def test_what_a_template_trips_over_in_the_messages_is_the_requests_fault(tool_c
     )
     with pytest.raises(ChatTemplateError):
         counter.render_chat([{"role": "assistant", "content": None, "tool_calls": tool_calls}])
+
+
+def _counter(tokenizer) -> PromptCounter:
+    return PromptCounter(
+        tokenizer_json=tokenizer.to_str(), chat_template="", bos_token="", eos_token=""
+    )
+
+
+def _trained(model, trainer, *, normalizer=None, pre_tokenizer=None):
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer(model)
+    if normalizer is not None:
+        tokenizer.normalizer = normalizer
+    if pre_tokenizer is not None:
+        tokenizer.pre_tokenizer = pre_tokenizer
+    tokenizer.train_from_iterator(["hello world, 你好世界"] * 50, trainer=trainer)
+    return tokenizer
+
+
+def test_the_bound_is_only_given_where_every_token_stands_for_a_character():
+    """WordPiece makes one token of a run of spaces, Unigram of unknown characters, a
+    stripping normalizer drops text: for them characters over the longest token bound
+    nothing, and refusing by it would refuse prompts that fit."""
+    from tokenizers import models, normalizers, pre_tokenizers, trainers
+
+    byte_level = _trained(
+        models.BPE(),
+        trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()),
+        pre_tokenizer=pre_tokenizers.ByteLevel(),
+    )
+    sentencepiece_like = _trained(
+        models.BPE(byte_fallback=True, unk_token="<unk>"),
+        trainers.BpeTrainer(vocab_size=300, special_tokens=["<unk>"]),
+        normalizer=normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")]),
+    )
+    wordpiece = _trained(
+        models.WordPiece(unk_token="[UNK]"),
+        trainers.WordPieceTrainer(vocab_size=300, special_tokens=["[UNK]"]),
+        pre_tokenizer=pre_tokenizers.Whitespace(),
+    )
+    unigram = _trained(models.Unigram(), trainers.UnigramTrainer(vocab_size=100))
+    stripping = _trained(
+        models.BPE(),
+        trainers.BpeTrainer(vocab_size=300, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()),
+        normalizer=normalizers.Strip(),
+        pre_tokenizer=pre_tokenizers.ByteLevel(),
+    )
+    assert _counter(byte_level).longest_token_chars
+    assert _counter(sentencepiece_like).longest_token_chars
+    for kind in (wordpiece, unigram, stripping):
+        counter = _counter(kind)
+        assert counter.longest_token_chars is None
+        assert counter.min_tokens(10**6) == 0
+    spaced = "a" + " " * 100_000 + "b"
+    assert _counter(wordpiece).count_text(spaced) < 10  # what the bound would have refused

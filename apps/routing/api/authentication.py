@@ -9,6 +9,7 @@ from rest_framework.authentication import BaseAuthentication, get_authorization_
 from rest_framework.request import Request
 
 from apps.routing.scaling.errors import ScalingErrorCode
+from dmxplatform.credentials import bearer
 from dmxplatform.errors import AuthenticationError, ServiceUnavailableError
 
 REALM = 'Bearer realm="dmx-alertmanager"'
@@ -24,11 +25,9 @@ class AlertmanagerTokenAuthentication(BaseAuthentication):
                 "The Alertmanager webhook is off: DMX_ALERTMANAGER_TOKEN is not set.",
                 code=ScalingErrorCode.ALERTMANAGER_NOT_CONFIGURED,
             )
-        scheme, _, credential = get_authorization_header(request).partition(b" ")
+        credential = bearer(get_authorization_header(request)) or ""
         # Constant time: the comparison must not tell how much of a guess was right.
-        if scheme.lower() != b"bearer" or not hmac.compare_digest(
-            credential.strip(), expected.encode()
-        ):
+        if not hmac.compare_digest(credential.encode("latin-1"), expected.encode()):
             raise AuthenticationError(
                 "A valid Alertmanager token is required: Authorization: Bearer <token>.",
                 code=ScalingErrorCode.INVALID_ALERTMANAGER_TOKEN,
