@@ -150,7 +150,8 @@ class OwnRedis:
     """A redis-server of the test's own, append-only as production must run the one holding
     the streams; kill() is SIGKILL, start() again reloads its append-only file."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, appendonly: bool = True) -> None:
+        self.appendonly = appendonly
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
             self.port = sock.getsockname()[1]
@@ -166,7 +167,8 @@ class OwnRedis:
         self.process = subprocess.Popen(
             [
                 "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-                "--save", "", "--appendonly", "yes", "--appendfsync", "everysec",
+                "--save", "", "--appendonly", "yes" if self.appendonly else "no",
+                "--appendfsync", "everysec",
                 "--dir", str(self.directory), "--logfile", str(self.directory / "redis.log"),
             ],
             start_new_session=True,
