@@ -238,7 +238,7 @@ def _refuse_unhonoured(data: dict[str, Any]) -> None:
             GatewayErrorCode.UNSUPPORTED_PARAMETER,
         )
     tier = data.get("service_tier")
-    if tier is not None and tier not in _DEFAULT_SERVICE_TIERS:
+    if tier is not None and not (isinstance(tier, str) and tier in _DEFAULT_SERVICE_TIERS):
         raise _invalid(
             "'service_tier' may only be 'auto' or 'default': a request's priority comes from "
             "its API key.",

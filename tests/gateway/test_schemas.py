@@ -133,6 +133,7 @@ def test_booleans_and_negative_numbers_are_not_token_ids(prompt):
         ("metadata", {"customer": "a"}, "unsupported_parameter"),
         ("service_tier", "flex", "unsupported_value"),
         ("service_tier", "priority", "unsupported_value"),
+        ("service_tier", {"tier": "auto"}, "unsupported_value"),  # found by the fuzzing: a 500
         ("modalities", ["text", "audio"], "unsupported_value"),
     ],
 )
