@@ -146,7 +146,7 @@ def _check_messages(messages: Any) -> None:
         if not isinstance(message, dict):
             raise _invalid(f"'{param}' must be an object.", param, GatewayErrorCode.INVALID_TYPE)
         role = message.get("role")
-        if role not in CHAT_ROLES:
+        if not isinstance(role, str) or role not in CHAT_ROLES:
             raise _invalid(
                 f"'{param}.role' must be one of {', '.join(sorted(CHAT_ROLES))}.",
                 f"{param}.role",

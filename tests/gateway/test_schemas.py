@@ -164,3 +164,11 @@ def test_tool_calls_must_be_an_array_of_objects(tool_calls):
     with pytest.raises(InvalidRequestError) as error:
         validate_completion(Endpoint.CHAT, chat(messages=messages))
     assert error.value.param == "messages[1].tool_calls"
+
+
+@pytest.mark.parametrize("role", [{"a": 1}, ["user"], 5, None])
+def test_a_role_of_another_type_is_400_not_500(role):
+    """A dict or a list cannot even be looked up in the set of roles."""
+    with pytest.raises(InvalidRequestError) as error:
+        validate_completion(Endpoint.CHAT, chat(messages=[{"role": role, "content": "x"}]))
+    assert error.value.param == "messages[0].role"
