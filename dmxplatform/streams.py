@@ -15,12 +15,17 @@ behind it (it once stopped the whole usage ledger). Parked entries are counted a
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import logging
+import os
 import time
-from collections.abc import Callable
+import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
-from django.db import DataError, IntegrityError, transaction
+from django.db import DatabaseError, DataError, IntegrityError, connection, transaction
 from redis.exceptions import ResponseError
 
 from dmxplatform.redis_client import rkey, sync_redis
@@ -33,8 +38,6 @@ GROUP = "flush"
 BATCH = 500
 # Rounds per drain, so that one Celery task stays well inside its time limit.
 MAX_ROUNDS = 20
-# Longer than the slowest drain; a drainer that died frees the lock after this.
-LOCK_SECONDS = 120
 # A parked entry keeps this much of the error that parked it: enough for any database message.
 REASON_CHARS = 500
 
@@ -65,8 +68,9 @@ class DurableStream:
     def dead_letter_key(self) -> str:
         return rkey(*self.name, "dead")
 
-    def lock_key(self) -> str:
-        return rkey(*self.name, "lock")
+    def lock_id(self) -> int:
+        """The drain's PostgreSQL advisory lock: a number that stays with the stream's name."""
+        return zlib.crc32(f"dmx-drain:{self.label}".encode())
 
 
 def _ensure_group(client, stream: DurableStream) -> None:
@@ -86,29 +90,67 @@ def drain(
     first. One drain per stream runs at a time across all Celery workers; a second call returns
     0 at once.
     """
-    client = sync_redis()
-    lock = client.lock(stream.lock_key(), timeout=LOCK_SECONDS)
-    if not lock.acquire(blocking=False):
-        return 0
     try:
-        _ensure_group(client, stream)
-        moved = 0
-        for _ in range(MAX_ROUNDS):
-            entries = _read(client, stream, consumer, batch_size)
-            if not entries:
-                break
-            pairs = [(entry_id, fields.get(FIELD) or b"") for entry_id, fields in entries]
-            outcome = _store(stream, store, pairs)
-            if outcome is None:
-                break
-            stored, rejected = outcome
-            _settle(client, stream, stored, rejected)
-            moved += len(stored) - len(rejected)
-            if len(stored) < len(pairs) or len(entries) < batch_size:
-                break
-        return moved
+        with _exclusive(stream) as held:
+            return _drain_rounds(stream, store, consumer, batch_size) if held else 0
+    except DatabaseError as exc:  # taking the lock: every store error is _store's to judge
+        logger.warning("%s: the database failed (%s); entries wait", stream.key(), exc)
+        return 0
+
+
+def _drain_rounds(stream: DurableStream, store: Store, consumer: str, batch_size: int) -> int:
+    client = sync_redis()
+    _ensure_group(client, stream)
+    moved = 0
+    for _ in range(MAX_ROUNDS):
+        entries = _read(client, stream, consumer, batch_size)
+        if not entries:
+            break
+        pairs = [(entry_id, fields.get(FIELD) or b"") for entry_id, fields in entries]
+        outcome = _store(stream, store, pairs)
+        if outcome is None:
+            break
+        stored, rejected = outcome
+        _settle(client, stream, stored, rejected)
+        moved += len(stored) - len(rejected)
+        if len(stored) < len(pairs) or len(entries) < batch_size:
+            break
+    return moved
+
+
+@contextlib.contextmanager
+def _exclusive(stream: DurableStream) -> Iterator[bool]:
+    """Hold the stream's drain lock for the block; yield whether it was free.
+
+    The lock lives with the database the drain writes to and dies with its holder: a
+    PostgreSQL session advisory lock (gone with the connection), or, on SQLite, a file lock
+    beside the database file (gone with the process). It was a Redis key with a two-minute
+    expiry, which outlived its holder: Redis killed mid-drain reloaded the key from its
+    append-only file, and no drain ran until it expired while the records piled up.
+    """
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_lock(%s)", [stream.lock_id()])
+            held = cursor.fetchone()[0]
+        try:
+            yield held
+        finally:
+            if held:
+                # A connection the database dropped took the lock with it.
+                with contextlib.suppress(DatabaseError), connection.cursor() as cursor:
+                    cursor.execute("SELECT pg_advisory_unlock(%s)", [stream.lock_id()])
+        return
+    path = Path(connection.settings_dict["NAME"]).with_name(f".{stream.label}.drain.lock")
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+        else:
+            yield True
     finally:
-        lock.release()
+        os.close(fd)
 
 
 # What an entry can be at fault for: a value no column holds (DataError: a NUL byte, text past
