@@ -36,9 +36,12 @@ def hash_secret(secret: str) -> str:
     return hmac.new(pepper, secret.encode(), hashlib.sha256).hexdigest()
 
 
-def issue(prefix: str) -> IssuedCredential:
-    """Generate an id and a secret; return what to store and what to show."""
-    credential_id = "".join(secrets.choice(_ID_ALPHABET) for _ in range(ID_LENGTH))
+def issue(prefix: str, credential_id: str | None = None) -> IssuedCredential:
+    """Generate a secret, and an id unless one is given (a rotation keeps its key's); return what
+    to store and what to show."""
+    credential_id = credential_id or "".join(
+        secrets.choice(_ID_ALPHABET) for _ in range(ID_LENGTH)
+    )
     secret = secrets.token_urlsafe(SECRET_BYTES)
     return IssuedCredential(
         credential_id=credential_id,

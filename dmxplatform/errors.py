@@ -151,8 +151,25 @@ _DRF_STATUS_TO_ERROR: dict[int, type[ApplicationError]] = {
 }
 
 
+def _from_django(exc: Exception) -> Exception:
+    """DRF's own handler turns Django's 404 and 403 into its exceptions; so do we, and a model
+    validation error (a service's full_clean) into a 400 naming its field."""
+    from django.core.exceptions import PermissionDenied, ValidationError
+    from django.http import Http404
+
+    if isinstance(exc, Http404):
+        return drf_exceptions.NotFound()
+    if isinstance(exc, PermissionDenied):
+        return drf_exceptions.PermissionDenied()
+    if isinstance(exc, ValidationError):
+        detail = exc.message_dict if hasattr(exc, "error_dict") else exc.messages
+        return drf_exceptions.ValidationError(detail)
+    return exc
+
+
 def drf_exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
     """Render DRF and application errors of the internal and portal APIs in OpenAI's shape."""
+    exc = _from_django(exc)
     if isinstance(exc, ApplicationError):
         return Response(exc.to_dict(), status=exc.status, headers=exc.headers)
     if isinstance(exc, drf_exceptions.APIException):

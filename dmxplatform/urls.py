@@ -1,4 +1,5 @@
-"""Django URLs: the admin, the internal node API, health and metrics.
+"""Django URLs: the portal and its accounts, the management API and its schema, the admin, the
+internal node API, health and metrics.
 
 The OpenAI-compatible /v1 surface is not here: dmxplatform.asgi routes it to the gateway's own
 ASGI endpoints before Django's request handling, keeping the hot path off sync middleware.
@@ -7,14 +8,20 @@ ASGI endpoints before Django's request handling, keeping the hot path off sync m
 from django.contrib import admin
 from django.urls import include, path
 from django_prometheus.exports import ExportToDjangoView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 import dmxplatform.metrics  # noqa: F401 - registers the platform's collectors for /metrics
 from dmxplatform.health import health
 
 urlpatterns = [
+    path("accounts/", include("allauth.urls")),
+    path("api/v1/", include("dmxplatform.api_urls")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="api-schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
     path("admin/", admin.site.urls),
     path("internal/v1/", include("apps.hardware.api.urls")),
     path("internal/v1/", include("apps.routing.api.urls")),
     path("health", health, name="health"),
     path("metrics", ExportToDjangoView, name="metrics"),
+    path("", include("apps.portal.urls")),
 ]

@@ -22,6 +22,19 @@ if [ "$(cat .venv/.dmx-stamp 2>/dev/null)" != "$platform_stamp" ] ||
   echo "$platform_stamp" > .venv/.dmx-stamp
 fi
 
+# The portal's front-end libraries (htmx, Chart.js) from the npm registry, as package-lock.json
+# pins them; collectstatic serves them.
+if ! command -v npm >/dev/null; then
+  echo "==> installing Node.js and npm (apt-get)"
+  apt-get install -y -qq nodejs npm >/dev/null || { apt-get update -qq && apt-get install -y -qq nodejs npm >/dev/null; }
+fi
+front_stamp=$(stamp package-lock.json)
+if [ "$(cat node_modules/.dmx-stamp 2>/dev/null)" != "$front_stamp" ]; then
+  echo "==> portal front-end libraries (node_modules, package-lock.json)"
+  npm ci --no-audit --no-fund --silent
+  echo "$front_stamp" > node_modules/.dmx-stamp
+fi
+
 if [ "${DMX_SKIP_WORKER_VENV:-0}" = 1 ]; then
   exit 0
 fi

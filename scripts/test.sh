@@ -28,6 +28,14 @@ export DMX_SPOOL_DIR=$PWD/.run/test-spool
 export HF_HUB_OFFLINE=1
 export PYTHONDONTWRITEBYTECODE=1
 
+# The browser tests drive Debian's Chromium through Playwright (which cannot download a
+# browser here); installed when missing.
+if ! command -v chromium >/dev/null; then
+  echo "==> installing chromium (apt-get, for the browser tests)"
+  apt-get install -y -qq chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
+fi
+.venv/bin/python manage.py collectstatic --noinput -v0
+
 status=0
 .venv/bin/python -m pytest "$@" || status=$?
 if [ "$status" -eq 5 ]; then

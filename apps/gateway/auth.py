@@ -29,13 +29,21 @@ async def authenticate(keys: KeyCache, authorization: bytes | None) -> KeyRecord
     token = credentials.bearer(authorization)
     parts = credentials.split(token, KEY_PREFIX) if token else None
     record = await keys.get(parts[0]) if parts else None
-    if record is None or not credentials.secret_matches(parts[1], record.secret_hash):
+    now = time.time()
+    if record is None or not any(
+        credentials.secret_matches(parts[1], h) for h in record.secret_hashes(now)
+    ):
         raise _refuse("Incorrect API key provided.", GatewayErrorCode.INVALID_API_KEY)
+    check_usable(record, now)
+    return record
+
+
+def check_usable(record: KeyRecord, now: float) -> None:
+    """Refuse a revoked or expired key (also one the portal's playground acts for)."""
     if record.revoked:
         raise _refuse("This API key has been revoked.", GatewayErrorCode.KEY_REVOKED)
-    if record.expired(time.time()):
+    if record.expired(now):
         raise _refuse("This API key has expired.", GatewayErrorCode.KEY_EXPIRED)
-    return record
 
 
 def check_network(key: KeyRecord, address: str | None) -> None:

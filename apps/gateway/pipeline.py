@@ -27,7 +27,7 @@ from django.conf import settings
 
 from apps.gateway import sse
 from apps.gateway.admission import admit, reservation
-from apps.gateway.auth import authenticate, check_network, check_signature
+from apps.gateway.auth import authenticate, check_network, check_signature, check_usable
 from apps.gateway.clients import client_address
 from apps.gateway.context import (
     check_context,
@@ -109,7 +109,17 @@ def resolve_model(
 class CompletionCall:
     """The state of one chat or text completion request, from first byte to usage record."""
 
-    def __init__(self, endpoint: Endpoint, scope: dict[str, Any], receive, send) -> None:
+    def __init__(
+        self,
+        endpoint: Endpoint,
+        scope: dict[str, Any],
+        receive,
+        send,
+        *,
+        key: KeyRecord | None = None,
+    ) -> None:
+        """`key`: the key a caller inside the platform acts for, its user already signed in
+        (the portal's playground); otherwise the request's bearer key."""
         self.endpoint = endpoint
         self.scope = scope
         self.receive = receive
@@ -120,7 +130,7 @@ class CompletionCall:
         self._last = self._t0
         self.timings: dict[str, float] = {}
         self.headers: Headers = [(b"x-request-id", self.request_id.encode())]
-        self.key: KeyRecord | None = None
+        self.key = key
         self.request: CompletionRequest | None = None
         self.admission: Admission | None = None
         self.route_request: RouteRequest | None = None
@@ -158,9 +168,17 @@ class CompletionCall:
         try:
             runtime = await get_runtime()
             body = await read_body(self.receive, MAX_BODY_BYTES)
-            key = self.key = await authenticate(runtime.keys, header(self.scope, b"authorization"))
+            if self.key is None:
+                auth = header(self.scope, b"authorization")
+                key = self.key = await authenticate(runtime.keys, auth)
+                nonce = check_signature(key, self.scope, body)
+            else:
+                # A signed-in user proved who they are; signatures prove a client holds the
+                # key's secrets, which the portal never has.
+                key = self.key
+                check_usable(key, time.time())
+                nonce = None
             check_network(key, client_address(self.scope, runtime.trusted_proxies))
-            nonce = check_signature(key, self.scope, body)
             self.mark("auth")
             prepare = functools.partial(self._prepare, runtime, key, body)
             if len(body) > settings.DMX_LARGE_BODY_BYTES:

@@ -2,13 +2,24 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from apps.keys.models import ApiKey, Plan, PlanQuota, Tenant, UsageDaily, UsageRecord
+from apps.keys.models import (
+    ApiKey,
+    ManagementToken,
+    Membership,
+    Plan,
+    PlanQuota,
+    Tenant,
+    UsageDaily,
+    UsageRecord,
+)
 from apps.keys.services import (
     api_key_create,
     api_key_revoke,
     api_key_signing_enable,
     api_key_update,
+    management_token_revoke,
     plan_publish,
+    tenant_approve,
     tenant_keys_publish,
 )
 
@@ -31,13 +42,41 @@ class PlanAdmin(admin.ModelAdmin):
         plan_publish(plan=form.instance)
 
 
+class MembershipInline(admin.TabularInline):
+    model = Membership
+    extra = 0
+    autocomplete_fields = ["user"]
+
+
+class ApprovalFilter(admin.SimpleListFilter):
+    title = "approval"
+    parameter_name = "approval"
+
+    def lookups(self, request: HttpRequest, model_admin) -> list[tuple[str, str]]:
+        return [("pending", "Waiting for approval"), ("approved", "Approved")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> QuerySet[Tenant]:
+        if self.value() == "pending":
+            return queryset.filter(approved_at__isnull=True)
+        if self.value() == "approved":
+            return queryset.filter(approved_at__isnull=False)
+        return queryset
+
+
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin):
-    list_display = ["name", "slug", "plan", "is_active", "created_at"]
-    list_filter = ["plan", "is_active"]
+    list_display = ["name", "slug", "plan", "is_active", "approved_at", "created_at"]
+    list_filter = [ApprovalFilter, "plan", "is_active"]
     search_fields = ["name", "slug"]
     prepopulated_fields = {"slug": ["name"]}
-    filter_horizontal = ["members"]
+    readonly_fields = ["approved_at"]
+    inlines = [MembershipInline]
+    actions = ["approve"]
+
+    @admin.action(description="Approve the selected tenants")
+    def approve(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> None:
+        approved = [tenant_approve(tenant=t) for t in queryset.filter(approved_at__isnull=True)]
+        self.message_user(request, f"Approved {len(approved)} tenant(s).", messages.SUCCESS)
 
     def save_model(self, request: HttpRequest, obj: Tenant, form, change: bool) -> None:
         obj.full_clean()
@@ -178,3 +217,26 @@ class UsageDailyAdmin(ReadOnlyAdmin):
     list_filter = ["model", "tenant"]
     date_hierarchy = "day"
     list_select_related = ["tenant", "api_key"]
+
+
+@admin.register(ManagementToken)
+class ManagementTokenAdmin(admin.ModelAdmin):
+    list_display = [
+        "name", "display_prefix", "user", "tenant", "scope", "expires_at", "last_used_at",
+        "revoked_at",
+    ]
+    list_filter = ["scope", ("revoked_at", admin.EmptyFieldListFilter)]
+    search_fields = ["name", "token_id", "user__email", "tenant__name"]
+    readonly_fields = ["display_prefix", "last_used_at", "created_at"]
+    fields = ["display_prefix", "name", "user", "tenant", "scope", "expires_at", "revoked_at",
+              "last_used_at", "created_at"]
+    actions = ["revoke"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False  # created in the portal, where the secret is shown once
+
+    @admin.action(description="Revoke the selected tokens")
+    def revoke(self, request: HttpRequest, queryset: QuerySet[ManagementToken]) -> None:
+        for token in queryset:
+            management_token_revoke(token=token)
+        self.message_user(request, f"Revoked {queryset.count()} token(s).", messages.SUCCESS)

@@ -62,12 +62,23 @@ class KeyRecord:
     tenant_limits: Limits = field(default_factory=Limits)
     key_limits: Limits = field(default_factory=Limits)
     quotas: tuple[Quota, ...] = ()
+    # A rotated key's old secret, accepted until previous_valid_until (epoch seconds).
+    previous_secret_hash: str = ""
+    previous_valid_until: float | None = None
 
     def allows(self, model: str) -> bool:
         return not self.allowed_models or model in self.allowed_models
 
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and now >= self.expires_at
+
+    def secret_hashes(self, now: float) -> tuple[str, ...]:
+        """The hashes a presented secret may match now: the current one, and the one a rotation
+        replaced while its grace period lasts (checked per request, so it ends on time without a
+        republish)."""
+        if self.previous_secret_hash and now < (self.previous_valid_until or 0):
+            return (self.secret_hash, self.previous_secret_hash)
+        return (self.secret_hash,)
 
     # Derived once per cached record, not per request.
     @cached_property

@@ -6,10 +6,12 @@ from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
 
-from apps.keys.choices import PriorityTier, QuotaPeriod, UsageStatus
+from apps.keys.choices import MemberRole, PriorityTier, QuotaPeriod, TokenScope, UsageStatus
 from apps.keys.validators import validate_networks
 
 KEY_PREFIX = "sk-dmx-"
+# Management tokens look nothing like API keys, so that neither is ever taken for the other.
+MANAGEMENT_TOKEN_PREFIX = "dmx-mgmt-"
 
 
 class RateLimits(models.Model):
@@ -79,8 +81,16 @@ class Tenant(models.Model):
         related_name="tenants",
         help_text="Empty: no tenant-wide limits.",
     )
-    members = models.ManyToManyField(settings.AUTH_USER_MODEL, related_name="tenants", blank=True)
+    members = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, through="Membership", related_name="tenants", blank=True
+    )
     is_active = models.BooleanField(default=True)
+    approved_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Empty: waiting for an operator's approval (DMX_ACCOUNT_APPROVAL_REQUIRED); "
+        "no key can be created until then.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -88,6 +98,59 @@ class Tenant(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def is_approved(self) -> bool:
+        return self.approved_at is not None
+
+
+class Membership(models.Model):
+    """A user's place in a tenant."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    role = models.CharField(max_length=8, choices=MemberRole.choices, default=MemberRole.MEMBER)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["tenant", "created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "user"], name="membership_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.tenant} ({self.role})"
+
+    @property
+    def is_owner(self) -> bool:
+        return self.role == MemberRole.OWNER
+
+
+class Invitation(models.Model):
+    """An owner's invitation of someone, by email, into a tenant; only a hash of its token is
+    kept, and it is good for one acceptance by a user with that verified address."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="invitations")
+    email = models.EmailField()
+    role = models.CharField(max_length=8, choices=MemberRole.choices, default=MemberRole.MEMBER)
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+    accepted_at = models.DateTimeField(null=True, blank=True)
+    accepted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.email} to {self.tenant}"
 
 
 class ApiKey(RateLimits):
@@ -129,6 +192,10 @@ class ApiKey(RateLimits):
     token_quota_period = models.CharField(
         max_length=8, choices=QuotaPeriod.choices, default=QuotaPeriod.MONTH
     )
+    # The secret a rotation replaced, still accepted until previous_secret_expires_at, so that
+    # clients can move to the new one without an outage.
+    previous_secret_hash = models.CharField(max_length=64, blank=True, editable=False)
+    previous_secret_expires_at = models.DateTimeField(null=True, blank=True, editable=False)
     expires_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -144,6 +211,39 @@ class ApiKey(RateLimits):
     def display_prefix(self) -> str:
         """The part of the key that may be shown: enough to recognise it, useless to use it."""
         return f"{KEY_PREFIX}{self.key_id}_…"
+
+
+class ManagementToken(models.Model):
+    """A credential for the management API (/api/v1/), acting as its user in one tenant, within
+    its scope. Stored like API keys (an HMAC of the secret); never accepted by /v1, and an API
+    key is never accepted here."""
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="management_tokens"
+    )
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="management_tokens")
+    name = models.CharField(max_length=128)
+    token_id = models.CharField(max_length=16, unique=True, editable=False)
+    secret_hash = models.CharField(max_length=64, editable=False)
+    scope = models.CharField(max_length=8, choices=TokenScope.choices, default=TokenScope.READ)
+    expires_at = models.DateTimeField()
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.display_prefix})"
+
+    @property
+    def display_prefix(self) -> str:
+        return f"{MANAGEMENT_TOKEN_PREFIX}{self.token_id}_…"
+
+    @property
+    def can_write(self) -> bool:
+        return self.scope == TokenScope.WRITE
 
 
 class UsageRecord(models.Model):

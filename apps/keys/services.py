@@ -3,18 +3,34 @@
 from __future__ import annotations
 
 import logging
+import secrets
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.core.mail import send_mail
 from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
+from django.utils.text import slugify
 
 from apps.keys import ledger
-from apps.keys.choices import UsageStatus
+from apps.keys.choices import MemberRole, UsageStatus
 from apps.keys.keycache import invalidation_channel, invalidation_message, record_key
-from apps.keys.models import KEY_PREFIX, ApiKey, Plan, Tenant, UsageDaily, UsageRecord
+from apps.keys.models import (
+    KEY_PREFIX,
+    MANAGEMENT_TOKEN_PREFIX,
+    ApiKey,
+    Invitation,
+    ManagementToken,
+    Membership,
+    Plan,
+    Tenant,
+    UsageDaily,
+    UsageRecord,
+)
 from apps.keys.selectors import key_record_from_row
 from apps.keys.signing import signing_secret_issue
 from dmxplatform import credentials, streams
@@ -24,13 +40,84 @@ logger = logging.getLogger(__name__)
 
 # Rows deleted per statement when pruning: small enough not to hold long locks.
 USAGE_PRUNE_BATCH = 10_000
+# A rotated key's old secret stays valid at most this long: a day is enough to roll a secret out
+# to every client, and short enough that a leaked one dies soon.
+MAX_ROTATION_GRACE = timedelta(hours=24)
+INVITATION_LIFETIME = timedelta(days=7)
+# A management token's last use is written at most this often: not a write per API call.
+TOKEN_USE_RESOLUTION = timedelta(minutes=1)
+MAX_TOKEN_LIFETIME = timedelta(days=366)
+LIMIT_NAMES = ("requests_per_minute", "tokens_per_minute", "max_concurrent_requests")
 
 
-def tenant_create(*, name: str, slug: str) -> Tenant:
-    tenant = Tenant(name=name, slug=slug)
+def tenant_create(*, name: str, slug: str, plan: Plan | None = None) -> Tenant:
+    """Create a tenant, approved: operators create tenants they mean to serve."""
+    tenant = Tenant(name=name, slug=slug, plan=plan, approved_at=timezone.now())
     tenant.full_clean()
     tenant.save()
     return tenant
+
+
+def _free_slug(base: str) -> str:
+    base = slugify(base)[:48] or "tenant"
+    slug = base
+    while Tenant.objects.filter(slug=slug).exists():
+        slug = f"{base}-{secrets.token_hex(3)}"
+    return slug
+
+
+@transaction.atomic
+def tenant_sign_up(*, user) -> Tenant:
+    """Give a new account a tenant of its own on the default plan, owned by it; approved at once
+    unless operators approve new accounts (DMX_ACCOUNT_APPROVAL_REQUIRED)."""
+    plan, _ = Plan.objects.get_or_create(
+        name=settings.DMX_DEFAULT_PLAN,
+        defaults={"description": "The plan of new accounts (DMX_DEFAULT_PLAN)."},
+    )
+    local = (user.email or user.get_username()).partition("@")[0]
+    tenant = Tenant(
+        name=local or "My tenant",
+        slug=_free_slug(local),
+        plan=plan,
+        approved_at=None if settings.DMX_ACCOUNT_APPROVAL_REQUIRED else timezone.now(),
+    )
+    tenant.full_clean()
+    tenant.save()
+    Membership.objects.create(tenant=tenant, user=user, role=MemberRole.OWNER)
+    return tenant
+
+
+def tenant_approve(*, tenant: Tenant) -> Tenant:
+    """Let a tenant waiting for approval create keys."""
+    if tenant.approved_at is None:
+        tenant.approved_at = timezone.now()
+        tenant.save(update_fields=["approved_at"])
+    return tenant
+
+
+def _check_key_allowed(tenant: Tenant) -> None:
+    if not tenant.is_approved:
+        raise ValidationError(
+            "This account is waiting for an operator's approval; keys can be created once it "
+            "is approved."
+        )
+    if not tenant.is_active:
+        raise ValidationError("This tenant is suspended.")
+
+
+def _check_within_plan(key: ApiKey) -> None:
+    """A key's own limits may be tighter than its plan's, never looser (both are enforced; a
+    looser one would only mislead)."""
+    plan = key.tenant.plan
+    if plan is None:
+        return
+    errors = {}
+    for name in LIMIT_NAMES:
+        mine, cap = getattr(key, name), getattr(plan, name)
+        if cap is not None and mine is not None and mine > cap:
+            errors[name] = f"At most {cap}, the plan's limit."
+    if errors:
+        raise ValidationError(errors)
 
 
 def api_key_publish(key: ApiKey) -> None:
@@ -62,6 +149,7 @@ def api_key_create(
     `limits`: priority, requests_per_minute, tokens_per_minute, max_concurrent_requests,
     token_quota, token_quota_period (see ApiKey).
     """
+    _check_key_allowed(tenant)
     issued = credentials.issue(KEY_PREFIX)
     key = ApiKey(
         tenant=tenant,
@@ -75,6 +163,7 @@ def api_key_create(
         **limits,
     )
     key.full_clean()
+    _check_within_plan(key)
     key.save()
     api_key_publish(key)
     return key, issued.plaintext
@@ -83,9 +172,27 @@ def api_key_create(
 def api_key_update(*, key: ApiKey) -> ApiKey:
     """Save edits made to a key (admin, portal) and push them to every gateway."""
     key.full_clean()
+    _check_within_plan(key)
     key.save()
     api_key_publish(key)
     return key
+
+
+def api_key_rotate(*, key: ApiKey, grace: timedelta) -> tuple[ApiKey, str]:
+    """Give a key a new secret; return it and the plaintext, shown once. The old secret keeps
+    working for `grace` (0 to 24 h), so clients can switch without an outage; the key's id,
+    limits and usage stay."""
+    if not timedelta(0) <= grace <= MAX_ROTATION_GRACE:
+        raise ValidationError({"grace": "Between 0 and 24 hours."})
+    if key.revoked_at is not None:
+        raise ValidationError("A revoked key cannot be rotated.")
+    issued = credentials.issue(KEY_PREFIX, key.key_id)
+    key.previous_secret_hash = key.secret_hash if grace else ""
+    key.previous_secret_expires_at = timezone.now() + grace if grace else None
+    key.secret_hash = issued.secret_hash
+    key.save(update_fields=["secret_hash", "previous_secret_hash", "previous_secret_expires_at"])
+    api_key_publish(key)
+    return key, issued.plaintext
 
 
 def api_key_signing_enable(*, key: ApiKey) -> str:
@@ -113,6 +220,141 @@ def tenant_keys_publish(*, tenant_ids: list[int]) -> int:
 def plan_publish(*, plan: Plan) -> int:
     """Push a changed plan to every gateway through its tenants' keys."""
     return tenant_keys_publish(tenant_ids=list(plan.tenants.values_list("id", flat=True)))
+
+
+def member_invite(
+    *,
+    tenant: Tenant,
+    email: str,
+    role: str,
+    invited_by,
+    accept_url: Callable[[str], str],
+) -> Invitation:
+    """Invite someone by email into a tenant; the mail carries the only copy of the token."""
+    email = email.strip()
+    if Membership.objects.filter(tenant=tenant, user__email__iexact=email).exists():
+        raise ValidationError({"email": "Already a member."})
+    token = secrets.token_urlsafe(24)
+    invitation = Invitation(
+        tenant=tenant,
+        email=email,
+        role=role,
+        token_hash=credentials.hash_secret(token),
+        invited_by=invited_by,
+        expires_at=timezone.now() + INVITATION_LIFETIME,
+    )
+    invitation.full_clean()
+    invitation.save()
+    inviter = getattr(invited_by, "email", "") or "An owner"
+    send_mail(
+        subject=f"You are invited to {tenant.name} on DMX",
+        message=(
+            f"{inviter} invited you to join {tenant.name} as {invitation.get_role_display()}.\n\n"
+            f"Accept within {INVITATION_LIFETIME.days} days: {accept_url(token)}\n"
+        ),
+        from_email=None,
+        recipient_list=[email],
+    )
+    return invitation
+
+
+@transaction.atomic
+def invitation_accept(*, token: str, user) -> Membership:
+    """Join the tenant an invitation names; the user's verified address must be the invited one."""
+    from allauth.account.models import EmailAddress
+
+    invitation = (
+        Invitation.objects.select_for_update()
+        .filter(token_hash=credentials.hash_secret(token))
+        .first()
+    )
+    if invitation is None or invitation.accepted_at is not None:
+        raise ValidationError("This invitation is not valid (or was used already).")
+    if invitation.expires_at <= timezone.now():
+        raise ValidationError("This invitation has expired; ask for a new one.")
+    if not EmailAddress.objects.filter(
+        user=user, email__iexact=invitation.email, verified=True
+    ).exists():
+        raise ValidationError(f"This invitation is for {invitation.email}; sign in with it.")
+    membership, _ = Membership.objects.get_or_create(
+        tenant=invitation.tenant, user=user, defaults={"role": invitation.role}
+    )
+    invitation.accepted_at = timezone.now()
+    invitation.accepted_by = user
+    invitation.save(update_fields=["accepted_at", "accepted_by"])
+    return membership
+
+
+def _check_an_owner_stays(membership: Membership) -> None:
+    others = Membership.objects.filter(tenant_id=membership.tenant_id, role=MemberRole.OWNER)
+    if membership.is_owner and not others.exclude(id=membership.id).exists():
+        raise ValidationError("A tenant keeps at least one owner.")
+
+
+def member_role_change(*, membership: Membership, role: str) -> Membership:
+    if role != MemberRole.OWNER:
+        _check_an_owner_stays(membership)
+    membership.role = role
+    membership.full_clean()
+    membership.save(update_fields=["role"])
+    return membership
+
+
+def member_remove(*, membership: Membership) -> None:
+    _check_an_owner_stays(membership)
+    membership.delete()
+
+
+def management_token_create(
+    *, user, tenant: Tenant, name: str, scope: str, expires_at: datetime
+) -> tuple[ManagementToken, str]:
+    """Create a management token; return it and its plaintext, shown once."""
+    if expires_at <= timezone.now() or expires_at > timezone.now() + MAX_TOKEN_LIFETIME:
+        raise ValidationError({"expires_at": "Within the next year."})
+    issued = credentials.issue(MANAGEMENT_TOKEN_PREFIX)
+    token = ManagementToken(
+        user=user,
+        tenant=tenant,
+        name=name,
+        token_id=issued.credential_id,
+        secret_hash=issued.secret_hash,
+        scope=scope,
+        expires_at=expires_at,
+    )
+    token.full_clean()
+    token.save()
+    return token, issued.plaintext
+
+
+def management_token_revoke(*, token: ManagementToken) -> ManagementToken:
+    if token.revoked_at is None:
+        token.revoked_at = timezone.now()
+        token.save(update_fields=["revoked_at"])
+    return token
+
+
+def management_token_authenticate(*, plaintext: str) -> ManagementToken | None:
+    """The live token a credential names, or None: unknown, wrong secret, revoked, expired, or
+    its user no longer active or no longer in its tenant."""
+    parts = credentials.split(plaintext, MANAGEMENT_TOKEN_PREFIX)
+    if parts is None:
+        return None
+    token = (
+        ManagementToken.objects.select_related("user", "tenant").filter(token_id=parts[0]).first()
+    )
+    now = timezone.now()
+    if (
+        token is None
+        or not credentials.secret_matches(parts[1], token.secret_hash)
+        or token.revoked_at is not None
+        or token.expires_at <= now
+        or not token.user.is_active
+        or not Membership.objects.filter(tenant_id=token.tenant_id, user_id=token.user_id).exists()
+    ):
+        return None
+    if token.last_used_at is None or now - token.last_used_at > TOKEN_USE_RESOLUTION:
+        ManagementToken.objects.filter(id=token.id).update(last_used_at=now)
+    return token
 
 
 def api_key_revoke(*, key: ApiKey) -> ApiKey:

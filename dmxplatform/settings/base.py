@@ -25,26 +25,36 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "rest_framework",
+    "django_filters",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
+    "allauth",
+    "allauth.account",
     "django_prometheus",
     "apps.keys",
     "apps.models",
     "apps.hardware",
     "apps.routing",
     "apps.gateway",
+    "apps.portal",
 ]
 
 # The /v1 hot path never passes through this stack: dmxplatform.asgi sends it to the gateway's
-# own ASGI endpoints. These serve the admin, the internal node API, /health and /metrics.
+# own ASGI endpoints. These serve the admin, the portal, the management and internal node APIs,
+# /health and /metrics.
 MIDDLEWARE = [
     # First and last so that the histogram covers every other middleware.
     "django_prometheus.middleware.PrometheusBeforeMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Static files before everything that needs a session: a stylesheet costs no lookup.
+    "servestatic.middleware.ServeStaticMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "allauth.account.middleware.AccountMiddleware",
     "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
@@ -78,13 +88,20 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / ".run" / "static"
-DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
-
-REST_FRAMEWORK = {
-    "EXCEPTION_HANDLER": "dmxplatform.errors.drf_exception_handler",
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
-    "DEFAULT_AUTHENTICATION_CLASSES": [],
-    "DEFAULT_PERMISSION_CLASSES": [],
-    "UNAUTHENTICATED_USER": None,
+# Front-end libraries come from the npm registry (package.json, installed by
+# scripts/bootstrap.sh) and are served from here after collectstatic; nothing is copied by hand.
+STATICFILES_DIRS = [
+    ("vendor/htmx", BASE_DIR / "node_modules" / "htmx.org" / "dist"),
+    ("vendor/chart.js", BASE_DIR / "node_modules" / "chart.js" / "dist"),
+]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    # Hashed, compressed names in production; in development (and tests) the files are served
+    # straight from their directories, no collectstatic needed.
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "servestatic.storage.CompressedManifestStaticFilesStorage"
+    },
 }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"

@@ -1,0 +1,122 @@
+"""Chat completions asked for from inside the platform (the portal's playground): the very
+pipeline /v1 runs (limits, content filter, routing, billing to the key), for a key whose user is
+signed in, without the key's secret, which the platform never keeps.
+
+The request goes through CompletionCall over an in-process ASGI exchange, so nothing here can
+drift from what /v1 does; the caller reads the response as events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from apps.gateway.pipeline import CompletionCall
+from apps.gateway.schemas import Endpoint
+from apps.keys.keycache import KeyRecord
+
+
+@dataclass
+class Reply:
+    """What the pipeline answered: the status and request id, then the stream's chunks (each an
+    OpenAI `chat.completion.chunk`) or, when it failed, the error body."""
+
+    status: int = 0
+    request_id: str = ""
+    error: dict[str, Any] | None = None
+    chunks: asyncio.Queue = field(default_factory=asyncio.Queue)
+
+
+_END = object()
+
+
+def _sse_chunks(buffer: bytearray) -> list[dict[str, Any]]:
+    """Take the complete `data:` events off the front of an SSE buffer."""
+    chunks = []
+    while (end := buffer.find(b"\n\n")) >= 0:
+        event = bytes(buffer[:end])
+        del buffer[: end + 2]
+        for line in event.split(b"\n"):
+            if line.startswith(b"data: ") and line[6:] != b"[DONE]":
+                chunks.append(orjson.loads(line[6:]))
+    return chunks
+
+
+async def chat_stream(
+    *, key: KeyRecord, body: dict[str, Any], client: tuple[str, int] | None
+) -> AsyncIterator[tuple[Reply, dict[str, Any] | None]]:
+    """Run a streamed chat completion for `key`; yield (reply, chunk) for every chunk, first
+    (reply, None) once the status is known. Leaving the iteration early is a client that left:
+    the pipeline stops the generation and bills what was generated."""
+    payload = orjson.dumps({**body, "stream": True, "stream_options": {"include_usage": True}})
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/v1/chat/completions",
+        "raw_path": b"/v1/chat/completions",
+        "query_string": b"",
+        "headers": [(b"content-type", b"application/json")],
+        "client": client,
+        "server": None,
+    }
+    left = asyncio.Event()
+    sent_body = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent_body
+        if not sent_body:
+            sent_body = True
+            return {"type": "http.request", "body": payload, "more_body": False}
+        await left.wait()
+        return {"type": "http.disconnect"}
+
+    reply = Reply()
+    started = asyncio.Event()
+    buffer = bytearray()
+    error_body = bytearray()
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            reply.status = message["status"]
+            reply.request_id = dict(message.get("headers", [])).get(b"x-request-id", b"").decode()
+            started.set()
+            return
+        chunk = message.get("body", b"")
+        if reply.status == 200:
+            buffer.extend(chunk)
+            for parsed in _sse_chunks(buffer):
+                await reply.chunks.put(parsed)
+        else:
+            error_body.extend(chunk)
+        if not message.get("more_body", False):
+            await reply.chunks.put(_END)
+
+    call = CompletionCall(Endpoint.CHAT, scope, receive, send, key=key)
+    task = asyncio.ensure_future(call.run())
+    try:
+        waiting = asyncio.ensure_future(started.wait())
+        await asyncio.wait([waiting, task], return_when=asyncio.FIRST_COMPLETED)
+        waiting.cancel()
+        if not started.is_set():  # the pipeline answers every request; this is a bug
+            task.result()
+            raise RuntimeError("the pipeline ended without a response")
+        if reply.status != 200:
+            await task
+            reply.error = orjson.loads(bytes(error_body) or b"{}").get("error")
+            yield reply, None
+            return
+        yield reply, None
+        while (chunk := await reply.chunks.get()) is not _END:
+            yield reply, chunk
+    finally:
+        left.set()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -1,0 +1,134 @@
+"""Who calls the management API (/api/v1/) and what they may do: the facade every app's
+management views build on.
+
+A caller is a user, authenticated by a management token (`Authorization: Bearer dmx-mgmt-…`,
+acting in the token's tenant within its scope) or by the portal's session (with CSRF, acting in
+the tenant chosen in the portal). Objects of other tenants are never found (404, never 403:
+their existence is not told); within their own tenant, members read, owners change, and a
+read-only token reads only. Operator endpoints are found only by staff users.
+"""
+
+from __future__ import annotations
+
+from django.http import Http404
+from rest_framework import permissions
+from rest_framework.authentication import (
+    BaseAuthentication,
+    SessionAuthentication,
+    get_authorization_header,
+)
+from rest_framework.exceptions import AuthenticationFailed, PermissionDenied
+from rest_framework.pagination import CursorPagination
+from rest_framework.request import Request
+
+from apps.keys.models import KEY_PREFIX, ManagementToken, Membership
+from apps.keys.selectors import membership_find
+from apps.keys.services import management_token_authenticate
+from dmxplatform.credentials import bearer
+
+# The portal keeps the tenant a user works in under this session key.
+SESSION_TENANT = "dmx_tenant_id"
+
+
+class ManagementTokenAuthentication(BaseAuthentication):
+    def authenticate(self, request: Request) -> tuple[object, ManagementToken] | None:
+        credential = bearer(get_authorization_header(request))
+        if credential is None:
+            return None
+        if credential.startswith(KEY_PREFIX):
+            raise AuthenticationFailed(
+                "An API key is not a management credential: create a management token in the "
+                "portal (Settings, Management tokens)."
+            )
+        token = management_token_authenticate(plaintext=credential)
+        if token is None:
+            raise AuthenticationFailed("Invalid, expired or revoked management token.")
+        return token.user, token
+
+    def authenticate_header(self, request: Request) -> str:
+        return 'Bearer realm="dmx-management"'
+
+
+def request_membership(request: Request) -> Membership | None:
+    """The caller's membership of the tenant it acts in (cached on the request)."""
+    if not hasattr(request, "_dmx_membership"):
+        token = request.auth if isinstance(request.auth, ManagementToken) else None
+        user = request.user
+        if token is not None:
+            found = Membership.objects.filter(tenant_id=token.tenant_id, user=user)
+            membership = found.select_related("tenant__plan").first()
+        elif user is not None and user.is_authenticated:
+            membership = membership_find(user=user, tenant_id=request.session.get(SESSION_TENANT))
+        else:
+            membership = None
+        request._dmx_membership = membership
+    return request._dmx_membership
+
+
+def _can_write(request: Request) -> bool:
+    token = request.auth
+    return not isinstance(token, ManagementToken) or token.can_write
+
+
+class TenantMember(permissions.BasePermission):
+    """Any member reads; changing anything needs a token that may write."""
+
+    message = "This management token is read-only."
+
+    def has_permission(self, request: Request, view) -> bool:
+        if request.user is None or not request.user.is_authenticated:
+            return False
+        if request_membership(request) is None:
+            raise Http404  # signed in, but in no tenant: there is nothing to find
+        return request.method in permissions.SAFE_METHODS or _can_write(request)
+
+
+class TenantOwner(TenantMember):
+    """Members read; only owners change keys, members and limits."""
+
+    def has_permission(self, request: Request, view) -> bool:
+        if not super().has_permission(request, view):
+            return False
+        if request.method not in permissions.SAFE_METHODS and not request_membership(
+            request
+        ).is_owner:
+            raise PermissionDenied("Only the tenant's owners may do this.")
+        return True
+
+
+class Operator(permissions.BasePermission):
+    """Staff only; anyone else finds nothing here."""
+
+    def has_permission(self, request: Request, view) -> bool:
+        if request.user is None or not request.user.is_authenticated:
+            return False
+        if not request.user.is_staff:
+            raise Http404
+        if request.method not in permissions.SAFE_METHODS and not _can_write(request):
+            raise PermissionDenied("This management token is read-only.")
+        return True
+
+
+class NewestFirst(CursorPagination):
+    """Cursor pages (stable while rows are added, no COUNT): `?limit=` up to 500."""
+
+    ordering = "-created_at"
+    page_size = 50
+    page_size_query_param = "limit"
+    max_page_size = 500
+
+
+class ManagementApiMixin:
+    """What every management view shares: its callers, its pagination, its tenant."""
+
+    authentication_classes = [ManagementTokenAuthentication, SessionAuthentication]
+    permission_classes = [TenantMember]
+    pagination_class = NewestFirst
+
+    @property
+    def membership(self) -> Membership:
+        return request_membership(self.request)
+
+    @property
+    def tenant(self):
+        return self.membership.tenant

@@ -1,0 +1,31 @@
+"""The management REST API (/api/v1/): DRF, its schema and its pagination."""
+
+REST_FRAMEWORK = {
+    "EXCEPTION_HANDLER": "dmxplatform.errors.drf_exception_handler",
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    # Each API names its own: node tokens for the internal one, management tokens and the
+    # browser session for the management one (dmxplatform.api).
+    "DEFAULT_AUTHENTICATION_CLASSES": [],
+    "DEFAULT_PERMISSION_CLASSES": [],
+    "UNAUTHENTICATED_USER": None,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "DMX management API",
+    "DESCRIPTION": (
+        "Keys, usage, quotas, members and (for operators) tenants, plans, nodes and routing "
+        "rules. Authenticate with a management token (`Authorization: Bearer dmx-mgmt-...`) "
+        "or the portal's session. Errors have OpenAI's shape: "
+        '`{"error": {"message", "type", "param", "code"}}`.'
+    ),
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SCHEMA_PATH_PREFIX": r"/api/v1",
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+}
