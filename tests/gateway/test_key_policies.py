@@ -102,3 +102,25 @@ def test_signed_requests(platform, committed):
     assert chat(platform.api_url, secret, raw=raw, headers=stale).json()["error"]["code"] == (
         "signature_expired"
     )
+
+
+def test_a_rotated_keys_old_secret_works_on_every_replica_until_its_grace_ends(platform, committed):
+    from datetime import timedelta
+
+    from apps.keys.services import api_key_rotate
+
+    key, old = make_api_key()
+    for api_url in platform.api_urls:
+        assert models(api_url, old).status == 200  # cached in both processes
+    grace = 3.0
+    key, new = api_key_rotate(key=key, grace=timedelta(seconds=grace))
+    rotated_at = time.monotonic()
+    for api_url in platform.api_urls:
+        wait_for(lambda url=api_url: models(url, new).status == 200, timeout=1.0, interval=0.02)
+        assert models(api_url, old).status == 200, "the old secret lasts the grace period"
+    assert time.monotonic() - rotated_at < grace
+    time.sleep(max(grace - (time.monotonic() - rotated_at), 0) + 0.2)
+    for api_url in platform.api_urls:
+        refused = models(api_url, old)
+        assert refused.status == 401 and refused.json()["error"]["code"] == "invalid_api_key"
+        assert models(api_url, new).status == 200

@@ -5,8 +5,9 @@ import time
 import uuid
 
 from apps.keys import ledger
+from apps.keys.choices import MemberRole
 from apps.keys.keycache import KeyRecord
-from apps.keys.models import ApiKey, Tenant
+from apps.keys.models import ApiKey, Membership, Tenant
 from apps.keys.services import api_key_create, tenant_create
 from dmxplatform import streams
 from dmxplatform.redis_client import resp_client, sync_redis
@@ -17,6 +18,23 @@ def make_tenant(**overrides) -> Tenant:
     return tenant_create(
         name=overrides.get("name", f"Tenant {suffix}"), slug=overrides.get("slug", f"t-{suffix}")
     )
+
+
+def make_user(email: str | None = None, *, verified: bool = True, **fields):
+    """A user who signed up with `email` (verified unless told otherwise), as allauth keeps it."""
+    from allauth.account.models import EmailAddress
+    from django.contrib.auth import get_user_model
+
+    email = email or f"dev-{uuid.uuid4().hex[:8]}@example.com"
+    user = get_user_model().objects.create_user(
+        username=email, email=email, password=fields.pop("password", "pw-long-enough-1"), **fields
+    )
+    EmailAddress.objects.create(user=user, email=email, verified=verified, primary=True)
+    return user
+
+
+def make_member(tenant: Tenant, user=None, role: str = MemberRole.MEMBER) -> Membership:
+    return Membership.objects.create(tenant=tenant, user=user or make_user(), role=role)
 
 
 def make_api_key(tenant: Tenant | None = None, **overrides) -> tuple[ApiKey, str]:
