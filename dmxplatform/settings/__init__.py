@@ -1,8 +1,8 @@
 """Django settings, one module per concern; every value comes from the environment."""
 
-from dmxplatform.settings.base import *  # noqa: F403
 from dmxplatform.settings.accounts import *  # noqa: F403
 from dmxplatform.settings.api import *  # noqa: F403
+from dmxplatform.settings.base import *  # noqa: F403
 from dmxplatform.settings.celery import *  # noqa: F403
 from dmxplatform.settings.database import *  # noqa: F403
 from dmxplatform.settings.fleet import *  # noqa: F403
