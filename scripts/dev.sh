@@ -108,6 +108,8 @@ cat <<INFO
 
 DMX platform is running.
   API (OpenAI-compatible)  http://$GATEWAY_HOST:$GATEWAY_PORT/v1
+  developer portal         http://$GATEWAY_HOST:$GATEWAY_PORT/  (sign up; the mail to verify is in .run/gateway.log)
+  management API           http://$GATEWAY_HOST:$GATEWAY_PORT/api/v1/  (docs: /api/docs/)
   admin                    http://$GATEWAY_HOST:$GATEWAY_PORT/admin/  (user admin${ADMIN_PASSWORD:+, password $ADMIN_PASSWORD})
   health, metrics          http://$GATEWAY_HOST:$GATEWAY_PORT/health  http://$GATEWAY_HOST:$GATEWAY_PORT/metrics
   demo API key             $API_KEY
