@@ -4,6 +4,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# One run at a time per checkout: the suite owns its test database and its Redis database, and
+# a second run would drop them under the first.
+mkdir -p .run
+exec 9>.run/test.lock
+if ! flock -n 9; then
+  echo "==> waiting for another test run in this checkout to finish" >&2
+  flock 9
+fi
+
 ./scripts/services.sh --postgres
 ./scripts/bootstrap.sh
 
