@@ -44,3 +44,25 @@ def test_revoke_action(admin_client):
     admin_client.post("/admin/keys/apikey/", {"action": "revoke", "_selected_action": [key.id]})
     key.refresh_from_db()
     assert key.revoked_at is not None
+
+
+def test_the_admin_lists_tenants_waiting_for_approval_and_approves_them(admin_client, settings):
+    from apps.keys.models import Membership, Tenant
+    from apps.keys.services import tenant_sign_up
+    from tests.keys.factories import make_user
+
+    settings.DMX_ACCOUNT_APPROVAL_REQUIRED = True
+    waiting = tenant_sign_up(user=make_user("pending@example.com"))
+    approved = make_tenant()
+    listed = admin_client.get("/admin/keys/tenant/?approval=pending").content.decode()
+    assert waiting.slug in listed and approved.slug not in listed
+    page = admin_client.get(f"/admin/keys/tenant/{waiting.id}/change/").content.decode()
+    assert "pending@example.com" in page  # its owner, in the memberships inline
+    response = admin_client.post(
+        "/admin/keys/tenant/",
+        {"action": "approve", "_selected_action": [waiting.id]},
+        follow=True,
+    )
+    assert response.status_code == 200
+    assert Tenant.objects.get(id=waiting.id).is_approved
+    assert Membership.objects.filter(tenant=waiting).count() == 1
