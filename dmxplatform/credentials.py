@@ -18,7 +18,7 @@ from django.conf import settings
 ID_LENGTH = 8
 # 32 url-safe characters from secrets.token_urlsafe(24): 192 bits, beyond brute force.
 SECRET_BYTES = 24
-_ID_ALPHABET = string.ascii_lowercase + string.digits
+ID_ALPHABET = string.ascii_lowercase + string.digits
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,9 +39,7 @@ def hash_secret(secret: str) -> str:
 def issue(prefix: str, credential_id: str | None = None) -> IssuedCredential:
     """Generate a secret, and an id unless one is given (a rotation keeps its key's); return what
     to store and what to show."""
-    credential_id = credential_id or "".join(
-        secrets.choice(_ID_ALPHABET) for _ in range(ID_LENGTH)
-    )
+    credential_id = credential_id or "".join(secrets.choice(ID_ALPHABET) for _ in range(ID_LENGTH))
     secret = secrets.token_urlsafe(SECRET_BYTES)
     return IssuedCredential(
         credential_id=credential_id,

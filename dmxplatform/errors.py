@@ -146,6 +146,7 @@ _DRF_STATUS_TO_ERROR: dict[int, type[ApplicationError]] = {
     401: AuthenticationError,
     403: PermissionDeniedError,
     404: NotFoundError,
+    405: MethodNotAllowedError,
     409: ConflictError,
     429: RateLimitError,
 }
@@ -174,7 +175,9 @@ def drf_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
         return Response(exc.to_dict(), status=exc.status, headers=exc.headers)
     if isinstance(exc, drf_exceptions.APIException):
         message, param = _flatten_detail(exc.detail)
-        error_class = _DRF_STATUS_TO_ERROR.get(exc.status_code, ApplicationError)
+        # Another client error (406, 415) is still the client's, not a server_error.
+        fallback = InvalidRequestError if exc.status_code < 500 else ApplicationError
+        error_class = _DRF_STATUS_TO_ERROR.get(exc.status_code, fallback)
         code = None if isinstance(exc, drf_exceptions.ValidationError) else exc.default_code
         headers = {}
         if getattr(exc, "auth_header", None):

@@ -1,9 +1,16 @@
 from django.contrib import admin, messages
+from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from apps.hardware.models import HardwareProfile, Node, NodeToken
 from apps.hardware.resources import NodeHardware, describe
-from apps.hardware.services import hardware_profile_update, node_token_create, node_token_update
+from apps.hardware.services import (
+    hardware_profile_update,
+    node_drain,
+    node_token_create,
+    node_token_update,
+    node_undrain,
+)
 
 
 @admin.register(HardwareProfile)
@@ -86,6 +93,7 @@ class NodeAdmin(admin.ModelAdmin):
     list_display = [
         "name",
         "status",
+        "drained",
         "model_version",
         "url",
         "last_heartbeat_at",
@@ -96,13 +104,15 @@ class NodeAdmin(admin.ModelAdmin):
         "gpus",
         "temperature",
     ]
-    list_filter = ["status", "model_version__model", "profile"]
+    list_filter = ["status", "drained", "model_version__model", "profile"]
     search_fields = ["name", "url"]
     list_select_related = ["model_version__model", "profile"]
+    actions = ["drain", "undrain"]
     readonly_fields = [
         "name",
         "url",
         "status",
+        "drained",
         "model_version",
         "served_model_name",
         "max_model_len",
@@ -121,6 +131,18 @@ class NodeAdmin(admin.ModelAdmin):
         "engine_args",
     ]
     fields = ["profile", *readonly_fields]
+
+    @admin.action(description="Drain: no new requests (in-flight ones finish)")
+    def drain(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
+        for node in queryset:
+            node_drain(node=node)
+        self.message_user(request, f"Drained {queryset.count()} node(s).", messages.SUCCESS)
+
+    @admin.action(description="Undrain: route new requests again")
+    def undrain(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
+        for node in queryset:
+            node_undrain(node=node)
+        self.message_user(request, f"Undrained {queryset.count()} node(s).", messages.SUCCESS)
 
     @staticmethod
     def _hardware(node: Node) -> NodeHardware:

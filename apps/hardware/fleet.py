@@ -29,6 +29,9 @@ class NodeSnapshot(JsonRecord):
     max_model_len: int
     heartbeat_at: float
     token_id: int = 0  # the NodeToken that registered it: heartbeats must come with the same
+    # An operator drained it (Node.drained): no new requests, in-flight ones finish. Heartbeats
+    # keep it, since they change only what the worker reports.
+    drained: bool = False
     num_requests_running: int = 0
     num_requests_waiting: int = 0
     kv_cache_usage: float = 0.0
@@ -52,8 +55,13 @@ class NodeSnapshot(JsonRecord):
     generation_tokens_per_second: float = 0.0
 
     def is_live(self, *, now: float, stale_after: float) -> bool:
-        """True when the node says it is up and its last heartbeat is recent."""
-        return self.status == NodeStatus.UP and now - self.heartbeat_at <= stale_after
+        """True when the node takes new requests: it says it is up, its last heartbeat is
+        recent, and no operator drained it."""
+        return (
+            self.status == NodeStatus.UP
+            and not self.drained
+            and now - self.heartbeat_at <= stale_after
+        )
 
 
 _ENGINE_FIELDS = tuple(

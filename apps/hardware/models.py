@@ -87,6 +87,13 @@ class Node(models.Model):
     name = models.CharField(max_length=128, unique=True)
     url = models.URLField(help_text="Base URL of the node's OpenAI-compatible server.")
     status = models.CharField(max_length=16, choices=NodeStatus.choices, default=NodeStatus.UP)
+    # The operator's cordon, apart from `status` (which the worker reports and heartbeats
+    # rewrite): the row is its source of truth, and the node's live state carries it.
+    drained = models.BooleanField(
+        default=False,
+        help_text="Set by an operator: no new requests are routed here while in-flight ones "
+        "finish; kept across heartbeats and re-registration until undrained.",
+    )
     model_version = models.ForeignKey(ModelVersion, on_delete=models.PROTECT, related_name="nodes")
     served_model_name = models.CharField(max_length=128)
     max_model_len = models.PositiveIntegerField()

@@ -1,9 +1,10 @@
-"""Writes for hardware profiles and nodes: tokens, registration, heartbeats, staleness.
+"""Writes for hardware profiles and nodes: tokens, registration, heartbeats, staleness, drains.
 
 Live node state is Redis's (apps.hardware.fleet): gateways route on it and heartbeats write
 only there, so nodes stay routable while PostgreSQL is down and a heartbeat costs the process
 that serves it no database write. The Node rows are its durable mirror, caught up in one
-transaction by the periodic nodes_sync.
+transaction by the periodic nodes_sync; only an operator's drain goes the other way, from the
+row to the live state.
 """
 
 from __future__ import annotations
@@ -143,6 +144,7 @@ def node_snapshot(node: Node) -> NodeSnapshot:
         name=node.name,
         url=node.url,
         status=node.status,
+        drained=node.drained,
         model=version.model.name,
         version_id=version.id,
         version_tag=version.tag,
@@ -252,9 +254,40 @@ async def node_heartbeat_record(
     return snapshot
 
 
+def _drained_set(node: Node, drained: bool) -> Node:
+    node.drained = drained
+    node.save(update_fields=["drained"])
+
+    def publish() -> None:
+        # Onto the live snapshot rather than one made from the row, whose load figures lag
+        # the heartbeats. A node Redis has lost gets the flag back from its row with its next
+        # heartbeat; a heartbeat that read the snapshot before this write and stores it after
+        # undoes it until the next nodes_sync, which puts the row's flag back.
+        client = sync_redis()
+        raw = client.hget(fleet_key(), str(node.id))
+        if raw is not None:
+            snapshot = dataclasses.replace(NodeSnapshot.decode(raw), drained=drained)
+            client.hset(fleet_key(), str(node.id), snapshot.encode())
+
+    transaction.on_commit(publish)
+    return node
+
+
+def node_drain(*, node: Node) -> Node:
+    """Cordon a node: gateways send it no new requests while its in-flight ones finish. It stays
+    drained across heartbeats and re-registrations, until node_undrain."""
+    return _drained_set(node, True)
+
+
+def node_undrain(*, node: Node) -> Node:
+    """Let gateways route new requests to a drained node again."""
+    return _drained_set(node, False)
+
+
 def nodes_sync() -> int:
-    """Mark down the nodes whose heartbeats stopped and copy the live state into the Node
-    rows in one transaction; return how many nodes were marked down.
+    """Mark down the nodes whose heartbeats stopped, put operators' drains back where a
+    heartbeat lost them, and copy the live state into the Node rows in one transaction; return
+    how many nodes were marked down.
 
     Heartbeats write Redis only: a database write each would cost the processes that serve
     /v1 a thread hop and a commit per node every few seconds. This periodic task is the one
@@ -275,9 +308,21 @@ def nodes_sync() -> int:
     if stale:
         client.hset(fleet_key(), mapping={str(s.id): s.encode() for s in stale})
         live.update((s.id, s) for s in stale)
-    rows = Node.objects.filter(id__in=live).values_list("id", "last_heartbeat_at", "status")
+    rows = list(
+        Node.objects.filter(id__in=live).values_list("id", "last_heartbeat_at", "status", "drained")
+    )
+    # The drain is the row's: a snapshot that lost it to a heartbeat racing node_drain's
+    # publish gets it back here.
+    undone = [
+        dataclasses.replace(live[node_id], drained=drained)
+        for node_id, _, _, drained in rows
+        if live[node_id].drained != drained
+    ]
+    if undone:
+        client.hset(fleet_key(), mapping={str(s.id): s.encode() for s in undone})
+        live.update((s.id, s) for s in undone)
     with transaction.atomic():
-        for node_id, row_heartbeat_at, row_status in rows:
+        for node_id, row_heartbeat_at, row_status, _ in rows:
             snapshot = live[node_id]
             heartbeat_at = datetime.fromtimestamp(snapshot.heartbeat_at, tz=UTC)
             if (row_heartbeat_at, row_status) == (heartbeat_at, snapshot.status):

@@ -21,6 +21,7 @@ from apps.keys.models import (
     UsageRecord,
 )
 from apps.keys.ratelimit import period_bounds
+from dmxplatform import credentials
 from dmxplatform.redis_client import rkey, sync_redis
 
 
@@ -103,6 +104,15 @@ def tenant_members(*, tenant: Tenant) -> QuerySet[Membership]:
 def tenant_invitations_open(*, tenant: Tenant) -> QuerySet[Invitation]:
     return Invitation.objects.filter(
         tenant=tenant, accepted_at__isnull=True, expires_at__gt=timezone.now()
+    )
+
+
+def invitation_find(*, token: str) -> Invitation | None:
+    """The invitation a token from an invitation mail names, used or not; None if unknown."""
+    return (
+        Invitation.objects.select_related("tenant")
+        .filter(token_hash=credentials.hash_secret(token))
+        .first()
     )
 
 
@@ -190,11 +200,12 @@ def usage_by_key(*, tenant: Tenant, since: date) -> QuerySet:
         usage_daily_of(tenant=tenant, since=since)
         .values("api_key__key_id", "api_key__name")
         .annotate(
+            # First: after the two below, these names mean their sums, not the columns.
+            total_tokens=Sum(F("prompt_tokens") + F("completion_tokens")),
             requests=Sum("requests"),
             errors=Sum("errors"),
             prompt_tokens=Sum("prompt_tokens"),
             completion_tokens=Sum("completion_tokens"),
-            total_tokens=Sum(F("prompt_tokens") + F("completion_tokens")),
         )
         .order_by("-total_tokens")
     )

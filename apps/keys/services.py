@@ -27,6 +27,7 @@ from apps.keys.models import (
     ManagementToken,
     Membership,
     Plan,
+    PlanQuota,
     Tenant,
     UsageDaily,
     UsageRecord,
@@ -222,6 +223,41 @@ def plan_publish(*, plan: Plan) -> int:
     return tenant_keys_publish(tenant_ids=list(plan.tenants.values_list("id", flat=True)))
 
 
+@transaction.atomic
+def plan_save(*, plan: Plan, quotas: list[dict] | None = None) -> Plan:
+    """Create or change a plan and, when `quotas` (PlanQuota fields) are given, replace its
+    quotas with them; push the result to every gateway."""
+    plan.full_clean()
+    plan.save()
+    if quotas is not None:
+        plan.quotas.all().delete()
+        for number, fields in enumerate(quotas, start=1):
+            quota = PlanQuota(plan=plan, **fields)
+            try:
+                quota.full_clean()
+            except ValidationError as exc:
+                message = f"Quota {number}: {' '.join(exc.messages)}"
+                raise ValidationError({"quotas": message}) from exc
+            quota.save()
+    plan_publish(plan=plan)
+    return plan
+
+
+def plan_delete(*, plan: Plan) -> None:
+    """Delete a plan no tenant is on."""
+    if plan.tenants.exists():
+        raise ValidationError("Tenants are on this plan: move them to another one first.")
+    plan.delete()
+
+
+def tenant_update(*, tenant: Tenant) -> Tenant:
+    """Save an operator's change to a tenant (its plan, a suspension); push it to its keys."""
+    tenant.full_clean()
+    tenant.save()
+    tenant_keys_publish(tenant_ids=[tenant.id])
+    return tenant
+
+
 def member_invite(
     *,
     tenant: Tenant,
@@ -256,6 +292,13 @@ def member_invite(
         recipient_list=[email],
     )
     return invitation
+
+
+def invitation_withdraw(*, invitation: Invitation) -> None:
+    """Withdraw an open invitation: its token no longer lets anyone in."""
+    if invitation.accepted_at is not None:
+        raise ValidationError("This invitation was accepted already.")
+    invitation.delete()
 
 
 @transaction.atomic

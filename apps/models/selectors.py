@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+from django.db.models import QuerySet
+
 from apps.models.catalog import Catalog, ModelEntry, VersionEntry
 from apps.models.models import LlmModel, Tokenizer
 from apps.models.tokenizers import PromptCounter
+
+
+def llm_models_active() -> QuerySet[LlmModel]:
+    """The models clients may name now, by name."""
+    return LlmModel.objects.filter(is_active=True)
 
 
 def tokenizer_exists(*, sha256: str) -> bool:

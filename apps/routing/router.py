@@ -2,16 +2,17 @@
 
 A decision reads only memory (the fleet view, breakers and windows refreshed in the background).
 The filters and scorers are plain functions, each score in 0..1 and weighted by
-DMX_ROUTE_SCORE_WEIGHTS. Those that depend only on a node's reported state ("standing": KV cache,
-temperature, bandwidth, latency, cost) are evaluated once per model each time the fleet view is
-refreshed; a request pays only for those that depend on it (liveness, breaker, canary version,
-context fit, saturation; queue with this gateway's in-flight count, prefix affinity, hardware
-preference), a fraction of a microsecond per node:
+DMX_ROUTE_SCORE_WEIGHTS. Those that depend only on a node's state ("standing": an operator's
+drain, KV cache, temperature, bandwidth, latency, cost) are evaluated once per model each time
+the fleet view is refreshed; a request pays only for those that depend on it (liveness, breaker,
+canary version, context fit, saturation; queue with this gateway's in-flight count, prefix
+affinity, hardware preference), a fraction of a microsecond per node:
 
-filters  live (up, heartbeat fresh), breaker (not open), version (the canary split), context
-         (prompt plus completion fit the node), kv_cache (headroom left), temperature (below the
-         drain threshold), saturated (the engine's queue plus this gateway's requests beyond
-         the engine's batch, below a cap)
+filters  drained (an operator's cordon: in-flight requests finish, no new ones come), live (up,
+         heartbeat fresh), breaker (not open), version (the canary split), context (prompt plus
+         completion fit the node), kv_cache (headroom left), temperature (below the drain
+         threshold), saturated (the engine's queue plus this gateway's requests beyond the
+         engine's batch, below a cap)
 scorers  queue, kv_cache, bandwidth (memory-bandwidth pressure), temperature (derating),
          latency (P95 against the model's SLA), cost (per 1K tokens), affinity (the node a prompt
          prefix hashes to, while it is not overloaded), hardware (the routing table's preference)
@@ -71,7 +72,13 @@ class Decision:
         if self.node is not None:
             return False
         reasons = {v.rejected_by for v in self.verdicts}
-        return SATURATED in reasons and reasons <= {SATURATED, "version", "live", "breaker"}
+        return SATURATED in reasons and reasons <= {
+            SATURATED,
+            "version",
+            "drained",
+            "live",
+            "breaker",
+        }
 
     def trace(self) -> list[dict]:
         """The decision as the log keeps it: each candidate's verdict and scores."""
@@ -147,6 +154,10 @@ Scorer = Callable[[_Context, NodeSnapshot], float]
 # Standing filters and scorers: the node's reported state only. ---------------------------------
 
 
+def _not_drained(ctx: _Context, node: NodeSnapshot) -> bool:
+    return not node.drained
+
+
 def _kv_headroom(ctx: _Context, node: NodeSnapshot) -> bool:
     return node.kv_cache_usage < ctx.limits.kv_cache_limit
 
@@ -189,6 +200,7 @@ def _cost_score(ctx: _Context, node: NodeSnapshot) -> float:
 
 
 STANDING_FILTERS: tuple[tuple[str, Filter], ...] = (
+    ("drained", _not_drained),
     ("kv_cache", _kv_headroom),
     ("temperature", _cool_enough),
 )

@@ -45,6 +45,11 @@ def routing_rule_save(*, rule: RoutingRule) -> RoutingRule:
     return rule
 
 
+def routing_rule_delete(*, rule: RoutingRule) -> None:
+    rule.delete()
+    routing_table_invalidate()
+
+
 def breaker_reset(*, node_id: int) -> None:
     """Close a node's breaker by hand; gateways pick it up at their next refresh."""
     client = sync_redis()

@@ -28,4 +28,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    # The schema is the management API's; the internal node and alert APIs are not in it.
+    "PREPROCESSING_HOOKS": ["apps.keys.api.schema.management_endpoints_only"],
+    "ENUM_NAME_OVERRIDES": {
+        "QuotaPeriodEnum": "apps.keys.choices.QuotaPeriod",
+        "TokenScopeEnum": "apps.keys.choices.TokenScope",
+        "QuotaScopeEnum": "apps.keys.api.serializers.QUOTA_SCOPES",
+    },
 }

@@ -30,6 +30,7 @@ def verdicts(decision) -> dict[str, str | None]:
 @pytest.mark.parametrize(
     ("override", "reason"),
     [
+        ({"drained": True}, "drained"),
         ({"status": "draining"}, "live"),
         ({"status": "down"}, "live"),
         ({"heartbeat_at": time.time() - 60}, "live"),
@@ -46,6 +47,19 @@ def test_each_filter_refuses_its_node_and_names_itself(override, reason):
     decision = make_router(bad, good).decide(route_request())
     assert decision.node.name == "good"
     assert verdicts(decision) == {"bad": reason, "good": None}
+
+
+def test_a_drained_node_gets_no_new_request_even_when_it_is_the_best():
+    idle = make_snapshot(name="idle", drained=True)
+    busy = make_snapshot(name="busy", num_requests_running=12, kv_cache_usage=0.8)
+    router = make_router(idle, busy)
+    assert {chosen(router) for _ in range(20)} == {"busy"}
+    alone = make_router(make_snapshot(name="alone", drained=True))
+    decision = alone.decide(route_request())
+    # Nothing to route to, and not for load: the request is refused, not queued for the node.
+    assert decision.node is None and not decision.saturated
+    assert verdicts(decision) == {"alone": "drained"}
+    assert alone.fleet.live_models() == set()  # /v1/models lists no model only it serves
 
 
 def test_open_breaker_filters_half_open_does_not():

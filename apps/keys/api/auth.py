@@ -17,10 +17,16 @@ from rest_framework.authentication import (
     SessionAuthentication,
     get_authorization_header,
 )
-from rest_framework.exceptions import AuthenticationFailed, PermissionDenied
-from rest_framework.pagination import CursorPagination
+from rest_framework.exceptions import (
+    AuthenticationFailed,
+    NotFound,
+    PermissionDenied,
+    ValidationError,
+)
+from rest_framework.pagination import Cursor, CursorPagination
 from rest_framework.request import Request
 
+from apps.keys.api.schema import ManagementAutoSchema
 from apps.keys.models import KEY_PREFIX, ManagementToken, Membership
 from apps.keys.selectors import membership_find
 from apps.keys.services import management_token_authenticate
@@ -55,7 +61,10 @@ def request_membership(request: Request) -> Membership | None:
         token = request.auth if isinstance(request.auth, ManagementToken) else None
         user = request.user
         if token is not None:
-            found = Membership.objects.filter(tenant_id=token.tenant_id, user=user)
+            # A suspended tenant is no tenant to act in, as memberships_of says for sessions.
+            found = Membership.objects.filter(
+                tenant_id=token.tenant_id, tenant__is_active=True, user=user
+            )
             membership = found.select_related("tenant__plan").first()
         elif user is not None and user.is_authenticated:
             membership = membership_find(user=user, tenant_id=request.session.get(SESSION_TENANT))
@@ -89,9 +98,10 @@ class TenantOwner(TenantMember):
     def has_permission(self, request: Request, view) -> bool:
         if not super().has_permission(request, view):
             return False
-        if request.method not in permissions.SAFE_METHODS and not request_membership(
-            request
-        ).is_owner:
+        if (
+            request.method not in permissions.SAFE_METHODS
+            and not request_membership(request).is_owner
+        ):
             raise PermissionDenied("Only the tenant's owners may do this.")
         return True
 
@@ -117,13 +127,33 @@ class NewestFirst(CursorPagination):
     page_size_query_param = "limit"
     max_page_size = 500
 
+    def decode_cursor(self, request: Request) -> Cursor | None:
+        # DRF answers a cursor it cannot read with 404; it is a bad parameter, not a lost page.
+        try:
+            return super().decode_cursor(request)
+        except NotFound:
+            raise ValidationError(
+                {self.cursor_query_param: "Invalid cursor: pass on `next` or `previous` as given."}
+            ) from None
+
+
+class ByName(NewestFirst):
+    """Cursor pages of rows with a unique name and no creation time, by name."""
+
+    ordering = "name"
+
 
 class ManagementApiMixin:
-    """What every management view shares: its callers, its pagination, its tenant."""
+    """What every management view shares: its callers, its pagination, its tenant.
+
+    A view's rows come from its get_queryset (the caller's tenant's, through a selector); a
+    `queryset = Model.objects.none()` beside it only names the model for the schema.
+    """
 
     authentication_classes = [ManagementTokenAuthentication, SessionAuthentication]
     permission_classes = [TenantMember]
     pagination_class = NewestFirst
+    schema = ManagementAutoSchema()
 
     @property
     def membership(self) -> Membership:
@@ -132,3 +162,21 @@ class ManagementApiMixin:
     @property
     def tenant(self):
         return self.membership.tenant
+
+    def validated(self, serializer_class, *, partial: bool = False) -> dict:
+        """The request body, checked by an input serializer (400 naming the field if not)."""
+        serializer = serializer_class(data=self.request.data, partial=partial)
+        serializer.is_valid(raise_exception=True)
+        return serializer.validated_data
+
+    def edited(self, instance, serializer_class):
+        """`instance` with what a PATCH body sets, checked by `serializer_class`; unsaved."""
+        for name, value in self.validated(serializer_class, partial=True).items():
+            setattr(instance, name, value)
+        return instance
+
+
+class OperatorApiMixin(ManagementApiMixin):
+    """Views of the whole platform, for operators (staff): not scoped to a tenant."""
+
+    permission_classes = [Operator]
