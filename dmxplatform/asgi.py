@@ -1,4 +1,5 @@
-"""The ASGI application: Channels routes /v1 to the gateway, everything else to Django.
+"""The ASGI application: Channels routes /v1 to the gateway, everything else to Django, and
+the portal's playground WebSocket to its consumer.
 
 Django's handler (and its sync middleware) never sees a /v1 request or a node heartbeat; the
 admin, the rest of the internal node API, /health and /metrics go through it as usual.
@@ -18,7 +19,9 @@ from django.core.asgi import get_asgi_application  # noqa: E402
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "dmxplatform.settings")
 django_application = get_asgi_application()  # sets Django up before the imports below
 
+from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.urls import path, re_path  # noqa: E402
 
 from apps.gateway.consumers import (  # noqa: E402
@@ -29,6 +32,7 @@ from apps.gateway.consumers import (  # noqa: E402
 )
 from apps.gateway.schemas import Endpoint  # noqa: E402
 from apps.hardware.consumers import NodeHeartbeatEndpoint  # noqa: E402
+from apps.portal.consumers import PlaygroundConsumer  # noqa: E402
 
 gateway_routes = [
     path("v1/chat/completions", CompletionsEndpoint(Endpoint.CHAT)),
@@ -41,9 +45,14 @@ gateway_routes = [
     re_path(r"", django_application),
 ]
 
+# The session cookie signs the user in; the Origin check keeps another site's page from using
+# it (a WebSocket handshake is not covered by CSRF protection).
+websocket_routes = [path("ws/playground", PlaygroundConsumer.as_asgi())]
+
 application = ProtocolTypeRouter(
     {
         "http": URLRouter(gateway_routes),
+        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_routes))),
         "lifespan": Lifespan(),
     }
 )

@@ -22,7 +22,7 @@ if [ "$(cat .venv/.dmx-stamp 2>/dev/null)" != "$platform_stamp" ] ||
   echo "$platform_stamp" > .venv/.dmx-stamp
 fi
 
-# The portal's front-end libraries (htmx, Chart.js) from the npm registry, as package-lock.json
+# The portal's front-end libraries (Chart.js) from the npm registry, as package-lock.json
 # pins them; collectstatic serves them.
 if ! command -v npm >/dev/null; then
   echo "==> installing Node.js and npm (apt-get)"

@@ -1,7 +1,439 @@
+"""The developer portal's pages: thin views over the keys app's services and selectors.
+
+Every page acts in the tenant `tenancy.member_required` finds; objects are looked up within it
+(another tenant's are a 404), and owner-only actions are refused to members (403) once found.
+Secrets (a new or rotated key, a new management token) are rendered in the response to the
+POST that made them, never stored, and marked not to be cached.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, time, timedelta
+
+from django.conf import settings
+from django.contrib import messages
 from django.contrib.auth.decorators import login_required
-from django.http import HttpRequest, HttpResponse
+from django.core.exceptions import ValidationError
+from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.cache import add_never_cache_headers
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views.decorators.http import require_POST
+
+from apps.keys import selectors, services
+from apps.keys.api.auth import SESSION_TENANT
+from apps.keys.choices import MemberRole
+from apps.keys.models import KEY_PREFIX, ApiKey
+from apps.models.selectors import llm_models_active
+from apps.portal.forms import (
+    InviteForm,
+    KeyCreateForm,
+    KeyRotateForm,
+    RoleForm,
+    TenantSwitchForm,
+    TokenCreateForm,
+    UsageExportForm,
+)
+from apps.portal.tenancy import member_required, require_owner
+from apps.portal.usage_csv import usage_csv_lines
+
+# The usage page's window: the charts and the table by key cover the last 30 UTC days.
+USAGE_DAYS = 30
+
+
+def _form_status(form) -> int:
+    return 400 if form.is_bound and form.errors else 200
+
+
+def _secret_response(request: HttpRequest, template: str, context: dict) -> HttpResponse:
+    response = render(request, template, context)
+    add_never_cache_headers(response)  # the back button must not bring a secret back
+    return response
 
 
 @login_required
 def home(request: HttpRequest) -> HttpResponse:
-    return HttpResponse("portal")
+    return redirect("portal:keys")
+
+
+@login_required
+@require_POST
+def tenant_switch(request: HttpRequest) -> HttpResponse:
+    """Act in another of the user's tenants; a tenant that is not theirs is not found."""
+    form = TenantSwitchForm(request.POST)
+    if not form.is_valid():
+        return HttpResponse("Choose a tenant.", status=400)
+    membership = get_object_or_404(
+        selectors.memberships_of(user=request.user), tenant_id=form.cleaned_data["tenant"]
+    )
+    request.session[SESSION_TENANT] = membership.tenant_id
+    back = request.POST.get("next", "")
+    if not url_has_allowed_host_and_scheme(
+        back, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        back = reverse("portal:keys")
+    return redirect(back)
+
+
+# --- keys --------------------------------------------------------------------------------
+
+
+def _tenant_key(request: HttpRequest, key_id: str) -> ApiKey:
+    return get_object_or_404(selectors.api_keys_of(tenant=request.membership.tenant), key_id=key_id)
+
+
+@member_required
+def keys(request: HttpRequest) -> HttpResponse:
+    tenant = request.membership.tenant
+    return render(
+        request,
+        "portal/keys.html",
+        {"keys": selectors.api_keys_of(tenant=tenant), "now": timezone.now()},
+    )
+
+
+@member_required
+def key_create(request: HttpRequest) -> HttpResponse:
+    require_owner(request)
+    tenant = request.membership.tenant
+    form = KeyCreateForm(request.POST or None, plan=tenant.plan)
+    if request.method == "POST" and form.is_valid():
+        try:
+            key, secret = services.api_key_create(
+                tenant=tenant, created_by=request.user, **form.service_arguments()
+            )
+        except ValidationError as error:
+            form.add_service_error(error)
+        else:
+            return _secret_response(
+                request, "portal/key_secret.html", {"key": key, "secret": secret, "created": True}
+            )
+    return render(request, "portal/key_create.html", {"form": form}, status=_form_status(form))
+
+
+@member_required
+def key_rotate(request: HttpRequest, key_id: str) -> HttpResponse:
+    key = _tenant_key(request, key_id)
+    require_owner(request)
+    form = KeyRotateForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        try:
+            key, secret = services.api_key_rotate(key=key, grace=form.grace)
+        except ValidationError as error:
+            form.add_service_error(error)
+        else:
+            return _secret_response(
+                request, "portal/key_secret.html", {"key": key, "secret": secret, "created": False}
+            )
+    return render(
+        request, "portal/key_rotate.html", {"key": key, "form": form}, status=_form_status(form)
+    )
+
+
+@member_required
+def key_revoke(request: HttpRequest, key_id: str) -> HttpResponse:
+    key = _tenant_key(request, key_id)
+    require_owner(request)
+    if request.method == "POST":
+        services.api_key_revoke(key=key)
+        messages.success(request, f"Key “{key.name}” is revoked; calls with it now get 401.")
+        return redirect("portal:keys")
+    return render(
+        request,
+        "portal/confirm.html",
+        {
+            "title": f"Revoke “{key.name}”",
+            "question": f"Calls with {key.display_prefix} will be refused from now on. "
+            "A revoked key cannot be brought back.",
+            "action": "Revoke the key",
+            "cancel_url": reverse("portal:keys"),
+        },
+    )
+
+
+# --- usage -------------------------------------------------------------------------------
+
+
+def _usage_context(tenant, export_form: UsageExportForm) -> dict:
+    series = selectors.usage_daily_series(tenant=tenant, days=USAGE_DAYS)
+    models = sorted(series.tokens_by_model)
+    daily = [
+        {
+            "day": day,
+            "requests": series.requests[i],
+            "tokens": series.tokens[i],
+            "by_model": [series.tokens_by_model[model][i] for model in models],
+        }
+        for i, day in enumerate(series.days)
+    ]
+    return {
+        "quotas": selectors.quota_status(tenant=tenant),
+        "chart_data": {
+            "days": [day.isoformat() for day in series.days],
+            "requests": series.requests,
+            "tokens_by_model": {model: series.tokens_by_model[model] for model in models},
+        },
+        "models": models,
+        "daily": daily[::-1],  # newest first, as the other tables
+        "total_requests": sum(series.requests),
+        "total_tokens": sum(series.tokens),
+        "by_key": selectors.usage_by_key(tenant=tenant, since=series.days[0]),
+        "export_form": export_form,
+        "usage_days": USAGE_DAYS,
+    }
+
+
+@member_required
+def usage(request: HttpRequest) -> HttpResponse:
+    today = timezone.now().date()
+    export_form = UsageExportForm(
+        initial={"since": today - timedelta(days=USAGE_DAYS - 1), "until": today}
+    )
+    return render(
+        request, "portal/usage.html", _usage_context(request.membership.tenant, export_form)
+    )
+
+
+@member_required
+def usage_export(request: HttpRequest) -> HttpResponse:
+    """The tenant's raw usage records of a range of UTC days (both included), as CSV."""
+    tenant = request.membership.tenant
+    form = UsageExportForm(request.GET)
+    if not form.is_valid():
+        return render(request, "portal/usage.html", _usage_context(tenant, form), status=400)
+    since, until = form.cleaned_data["since"], form.cleaned_data["until"]
+    records = selectors.usage_records_of(
+        tenant=tenant,
+        since=datetime.combine(since, time.min, tzinfo=UTC),
+        until=datetime.combine(until + timedelta(days=1), time.min, tzinfo=UTC),
+    ).order_by("created_at")
+    response = StreamingHttpResponse(usage_csv_lines(records), content_type="text/csv")
+    response["Content-Disposition"] = (
+        f'attachment; filename="usage-{tenant.slug}-{since.isoformat()}-{until.isoformat()}.csv"'
+    )
+    return response
+
+
+# --- members -----------------------------------------------------------------------------
+
+
+@member_required
+def members(request: HttpRequest) -> HttpResponse:
+    """The tenant's members; owners invite (POST), change roles and remove."""
+    tenant = request.membership.tenant
+    form = InviteForm(request.POST or None)
+    if request.method == "POST":
+        require_owner(request)
+        if form.is_valid():
+            try:
+                services.member_invite(
+                    tenant=tenant,
+                    email=form.cleaned_data["email"],
+                    role=form.cleaned_data["role"],
+                    invited_by=request.user,
+                    accept_url=lambda token: request.build_absolute_uri(
+                        reverse("portal:invitation_accept", args=[token])
+                    ),
+                )
+            except ValidationError as error:
+                form.add_service_error(error)
+            else:
+                messages.success(request, f"Invitation sent to {form.cleaned_data['email']}.")
+                return redirect("portal:members")
+    context = {
+        "members": selectors.tenant_members(tenant=tenant),
+        "invitations": selectors.tenant_invitations_open(tenant=tenant),
+        "invite_form": form,
+        "roles": MemberRole.choices,
+    }
+    return render(request, "portal/members.html", context, status=_form_status(form))
+
+
+def _tenant_membership(request: HttpRequest, membership_id: int):
+    return get_object_or_404(
+        selectors.tenant_members(tenant=request.membership.tenant), id=membership_id
+    )
+
+
+@member_required
+@require_POST
+def member_role(request: HttpRequest, membership_id: int) -> HttpResponse:
+    membership = _tenant_membership(request, membership_id)
+    require_owner(request)
+    form = RoleForm(request.POST)
+    if not form.is_valid():
+        messages.error(request, "Choose a role.")
+        return redirect("portal:members")
+    try:
+        services.member_role_change(membership=membership, role=form.cleaned_data["role"])
+    except ValidationError as error:
+        messages.error(request, " ".join(error.messages))
+    else:
+        messages.success(
+            request, f"{membership.user.email} is now {membership.get_role_display().lower()}."
+        )
+    return redirect("portal:members")
+
+
+@member_required
+def member_remove(request: HttpRequest, membership_id: int) -> HttpResponse:
+    membership = _tenant_membership(request, membership_id)
+    require_owner(request)
+    if request.method == "POST":
+        try:
+            services.member_remove(membership=membership)
+        except ValidationError as error:
+            messages.error(request, " ".join(error.messages))
+        else:
+            messages.success(request, f"{membership.user.email} was removed.")
+        return redirect("portal:members")
+    return render(
+        request,
+        "portal/confirm.html",
+        {
+            "title": f"Remove {membership.user.email}",
+            "question": f"They lose access to {membership.tenant.name}, its keys and its usage.",
+            "action": "Remove",
+            "cancel_url": reverse("portal:members"),
+        },
+    )
+
+
+@member_required
+@require_POST
+def invitation_withdraw(request: HttpRequest, invitation_id: int) -> HttpResponse:
+    invitation = get_object_or_404(
+        selectors.tenant_invitations_open(tenant=request.membership.tenant), id=invitation_id
+    )
+    require_owner(request)
+    services.invitation_withdraw(invitation=invitation)
+    messages.success(request, f"The invitation of {invitation.email} is withdrawn.")
+    return redirect("portal:members")
+
+
+def invitation_accept(request: HttpRequest, token: str) -> HttpResponse:
+    """Show an invitation; a signed-in user with the invited, verified address joins (POST)."""
+    invitation = selectors.invitation_find(token=token)
+    usable = (
+        invitation is not None
+        and invitation.accepted_at is None
+        and invitation.expires_at > timezone.now()
+    )
+    error = ""
+    if request.method == "POST" and usable and request.user.is_authenticated:
+        try:
+            membership = services.invitation_accept(token=token, user=request.user)
+        except ValidationError as refusal:
+            error = " ".join(refusal.messages)
+        else:
+            request.session[SESSION_TENANT] = membership.tenant_id
+            messages.success(request, f"You joined {membership.tenant.name}.")
+            return redirect("portal:keys")
+    context = {"invitation": invitation if usable else None, "error": error}
+    status = 404 if not usable else 400 if error else 200
+    return render(request, "portal/invitation.html", context, status=status)
+
+
+# --- management tokens -------------------------------------------------------------------
+
+
+@member_required
+def tokens(request: HttpRequest) -> HttpResponse:
+    """The user's management tokens in this tenant; a new one is shown once, in this reply."""
+    tenant = request.membership.tenant
+    form = TokenCreateForm(request.POST or None)
+    created, secret = None, ""
+    if request.method == "POST" and form.is_valid():
+        try:
+            created, secret = services.management_token_create(
+                user=request.user,
+                tenant=tenant,
+                name=form.cleaned_data["name"],
+                scope=form.cleaned_data["scope"],
+                expires_at=form.expires_at,
+            )
+        except ValidationError as error:
+            form.add_service_error(error)
+        else:
+            form = TokenCreateForm()
+    context = {
+        "tokens": selectors.management_tokens_of(user=request.user, tenant=tenant),
+        "form": form,
+        "created": created,
+        "secret": secret,
+        "now": timezone.now(),
+    }
+    if secret:
+        return _secret_response(request, "portal/tokens.html", context)
+    return render(request, "portal/tokens.html", context, status=_form_status(form))
+
+
+@member_required
+def token_revoke(request: HttpRequest, token_id: str) -> HttpResponse:
+    token = get_object_or_404(
+        selectors.management_tokens_of(user=request.user, tenant=request.membership.tenant),
+        token_id=token_id,
+    )
+    if request.method == "POST":
+        services.management_token_revoke(token=token)
+        messages.success(request, f"Token “{token.name}” is revoked.")
+        return redirect("portal:tokens")
+    return render(
+        request,
+        "portal/confirm.html",
+        {
+            "title": f"Revoke “{token.name}”",
+            "question": f"Calls to the management API with {token.display_prefix} will get 401.",
+            "action": "Revoke the token",
+            "cancel_url": reverse("portal:tokens"),
+        },
+    )
+
+
+# --- docs --------------------------------------------------------------------------------
+
+
+def _api_base_url(request: HttpRequest) -> str:
+    """Where developers send /v1 calls: the public address operators set, else this one."""
+    base = (settings.DMX_PUBLIC_API_URL or request.build_absolute_uri("/")).rstrip("/")
+    return base if base.endswith("/v1") else f"{base}/v1"
+
+
+@member_required
+def docs(request: HttpRequest) -> HttpResponse:
+    tenant = request.membership.tenant
+    models = list(llm_models_active())
+    key = selectors.api_keys_of(tenant=tenant).filter(revoked_at__isnull=True).first()
+    if key is not None and key.allowed_models:
+        example_model = key.allowed_models[0]
+    else:
+        example_model = models[0].name if models else "MODEL"
+    context = {
+        "base_url": _api_base_url(request),
+        "models": models,
+        "key": key,
+        "key_hint": f"{KEY_PREFIX}{key.key_id}_..." if key else f"{KEY_PREFIX}...",
+        "example_model": example_model,
+    }
+    return render(request, "portal/docs.html", context)
+
+
+@member_required
+def playground(request: HttpRequest) -> HttpResponse:
+    """Chat with a model through one of the tenant's live keys: the page's script streams the
+    answer over the playground's WebSocket (apps.portal.consumers)."""
+    keys = (
+        selectors.api_keys_of(tenant=request.membership.tenant)
+        .filter(revoked_at__isnull=True)
+        .exclude(expires_at__lte=timezone.now())
+        .order_by("name")
+    )
+    context = {
+        "keys": keys,
+        "models": list(llm_models_active()),
+        # The script offers a key's own models only; an empty list allows them all.
+        "key_models": {key.key_id: list(key.allowed_models or ()) for key in keys},
+    }
+    return render(request, "portal/playground.html", context)

@@ -23,6 +23,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "servestatic",  # its configuration checks
     "channels",
     "rest_framework",
     "django_filters",
@@ -71,6 +72,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "apps.portal.context_processors.portal",
             ],
         },
     },
@@ -88,10 +90,9 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / ".run" / "static"
-# Front-end libraries come from the npm registry (package.json, installed by
+# Front-end libraries (Chart.js) come from the npm registry (package.json, installed by
 # scripts/bootstrap.sh) and are served from here after collectstatic; nothing is copied by hand.
 STATICFILES_DIRS = [
-    ("vendor/htmx", BASE_DIR / "node_modules" / "htmx.org" / "dist"),
     ("vendor/chart.js", BASE_DIR / "node_modules" / "chart.js" / "dist"),
 ]
 STORAGES = {
