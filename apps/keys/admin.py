@@ -222,14 +222,29 @@ class UsageDailyAdmin(ReadOnlyAdmin):
 @admin.register(ManagementToken)
 class ManagementTokenAdmin(admin.ModelAdmin):
     list_display = [
-        "name", "display_prefix", "user", "tenant", "scope", "expires_at", "last_used_at",
+        "name",
+        "display_prefix",
+        "user",
+        "tenant",
+        "scope",
+        "expires_at",
+        "last_used_at",
         "revoked_at",
     ]
     list_filter = ["scope", ("revoked_at", admin.EmptyFieldListFilter)]
     search_fields = ["name", "token_id", "user__email", "tenant__name"]
     readonly_fields = ["display_prefix", "last_used_at", "created_at"]
-    fields = ["display_prefix", "name", "user", "tenant", "scope", "expires_at", "revoked_at",
-              "last_used_at", "created_at"]
+    fields = [
+        "display_prefix",
+        "name",
+        "user",
+        "tenant",
+        "scope",
+        "expires_at",
+        "revoked_at",
+        "last_used_at",
+        "created_at",
+    ]
     actions = ["revoke"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
