@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from apps.keys import ledger
-from apps.keys.choices import MemberRole, UsageStatus
+from apps.keys.choices import MemberRole, QuotaPeriod, UsageStatus
 from apps.keys.keycache import invalidation_channel, invalidation_message, record_key
 from apps.keys.models import (
     KEY_PREFIX,
@@ -49,6 +49,15 @@ INVITATION_LIFETIME = timedelta(days=7)
 TOKEN_USE_RESOLUTION = timedelta(minutes=1)
 MAX_TOKEN_LIFETIME = timedelta(days=366)
 LIMIT_NAMES = ("requests_per_minute", "tokens_per_minute", "max_concurrent_requests")
+# The limits of the plan new accounts are put on when it does not exist (it was deleted, or the
+# database was emptied): a sign-up must never get an unlimited tenant. Migration keys/0004
+# seeds the same plan, so operators can edit it before the first sign-up.
+NEW_ACCOUNT_LIMITS = {
+    "requests_per_minute": 60,
+    "tokens_per_minute": 100_000,
+    "max_concurrent_requests": 8,
+}
+NEW_ACCOUNT_MONTHLY_TOKENS = 1_000_000
 
 
 def tenant_create(*, name: str, slug: str, plan: Plan | None = None) -> Tenant:
@@ -71,10 +80,17 @@ def _free_slug(base: str) -> str:
 def tenant_sign_up(*, user) -> Tenant:
     """Give a new account a tenant of its own on the default plan, owned by it; approved at once
     unless operators approve new accounts (DMX_ACCOUNT_APPROVAL_REQUIRED)."""
-    plan, _ = Plan.objects.get_or_create(
+    plan, created = Plan.objects.get_or_create(
         name=settings.DMX_DEFAULT_PLAN,
-        defaults={"description": "The plan of new accounts (DMX_DEFAULT_PLAN)."},
+        defaults={
+            "description": "The plan of new accounts (DMX_DEFAULT_PLAN).",
+            **NEW_ACCOUNT_LIMITS,
+        },
     )
+    if created:
+        PlanQuota.objects.create(
+            plan=plan, period=QuotaPeriod.MONTH, model="", tokens=NEW_ACCOUNT_MONTHLY_TOKENS
+        )
     local = (user.email or user.get_username()).partition("@")[0]
     tenant = Tenant(
         name=local or "My tenant",

@@ -38,7 +38,7 @@ DEFAULT_FROM_EMAIL = env_str("DEFAULT_FROM_EMAIL", "DMX <noreply@localhost>")
 # New accounts wait for an operator's approval before they can create keys (the admin lists
 # them under Tenants, "waiting for approval").
 DMX_ACCOUNT_APPROVAL_REQUIRED = env_bool("DMX_ACCOUNT_APPROVAL_REQUIRED", False)
-# The plan a new account's tenant is put on; created, without limits, if missing.
+# The plan a new account's tenant is put on; created with modest limits if missing.
 DMX_DEFAULT_PLAN = env_str("DMX_DEFAULT_PLAN", "default")
 # The base URL developers call, shown in the portal's docs; empty: the portal's own address.
 DMX_PUBLIC_API_URL = env_str("DMX_PUBLIC_API_URL", "")

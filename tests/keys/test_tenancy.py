@@ -56,6 +56,15 @@ def test_a_new_account_owns_a_tenant_on_the_default_plan_and_may_create_keys(set
     api_key_create(tenant=tenant, name="first")
 
 
+def test_a_sign_up_without_the_default_plan_gets_one_with_limits_never_an_unlimited_tenant(
+    settings,
+):
+    Plan.objects.filter(name=settings.DMX_DEFAULT_PLAN).delete()
+    tenant = tenant_sign_up(user=make_user())
+    assert tenant.plan.requests_per_minute and tenant.plan.tokens_per_minute
+    assert tenant.plan.quotas.get(period=QuotaPeriod.MONTH, model="").tokens > 0
+
+
 def test_with_approval_required_a_new_tenant_creates_no_key_until_approved(settings):
     settings.DMX_ACCOUNT_APPROVAL_REQUIRED = True
     tenant = tenant_sign_up(user=make_user())

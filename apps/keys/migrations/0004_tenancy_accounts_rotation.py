@@ -5,7 +5,9 @@ from django.conf import settings
 from django.db import migrations, models
 
 
-# New accounts' plan (DMX_DEFAULT_PLAN's default name), with limits an operator can change.
+# New accounts' plan (DMX_DEFAULT_PLAN's default name), with limits an operator can change; as
+# apps.keys.services.NEW_ACCOUNT_LIMITS were when this migration was written (a migration keeps
+# its own copy: it must do the same thing however the code changes later).
 DEFAULT_PLAN = {
     "name": "default",
     "description": "The plan of new accounts (DMX_DEFAULT_PLAN).",
