@@ -1,6 +1,6 @@
 """Django core: apps, middleware, templates, static files, security."""
 
-from dmxplatform.env import BASE_DIR, env_bool, env_list, env_optional
+from dmxplatform.env import BASE_DIR, env_bool, env_list, env_optional, env_str
 
 DEBUG = env_bool("DMX_DEBUG", False)
 
@@ -89,7 +89,9 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / ".run" / "static"
+# Where collectstatic puts the files the platform serves itself (ServeStatic: compressed, with
+# far-future cache headers for the hashed names); an image or a volume in production.
+STATIC_ROOT = env_str("DMX_STATIC_ROOT", str(BASE_DIR / ".run" / "static"))
 # Front-end libraries (Chart.js) come from the npm registry (package.json, installed by
 # scripts/bootstrap.sh) and are served from here after collectstatic; nothing is copied by hand.
 STATICFILES_DIRS = [
