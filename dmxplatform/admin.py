@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 from django.contrib import admin, messages
 from django.contrib.admin.apps import AdminConfig
+from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -24,6 +25,19 @@ PARKED_SHOWN = 200
 # Characters of an entry's payload shown in the list.
 PAYLOAD_PREVIEW_CHARS = 300
 ENTRY_ID = re.compile(r"\d+-\d+")
+
+
+class OperatorActions:
+    """For a ModelAdmin whose actions change the platform (revoke, drain, approve, promote):
+    each declares `permissions=["operate"]`, so that it runs only for users who may change the
+    model, never for a viewer, who may look at everything and change nothing. (An action that
+    declares no permission runs for anyone who can see the list.) The model's change
+    permission decides, not the admin's has_change_permission, which read-only pages turn off
+    for their edit forms while their actions stay an operator's."""
+
+    def has_operate_permission(self, request: HttpRequest) -> bool:
+        opts = self.opts
+        return request.user.has_perm(f"{opts.app_label}.{get_permission_codename('change', opts)}")
 
 
 class PlatformAdminSite(admin.AdminSite):

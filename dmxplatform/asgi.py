@@ -27,7 +27,9 @@ from django.urls import path, re_path  # noqa: E402
 from apps.gateway.consumers import (  # noqa: E402
     CompletionsEndpoint,
     Lifespan,
+    LivenessEndpoint,
     ModelsEndpoint,
+    ReadinessEndpoint,
     UnknownPathEndpoint,
 )
 from apps.gateway.schemas import Endpoint  # noqa: E402
@@ -40,6 +42,9 @@ gateway_routes = [
     path("v1/models", ModelsEndpoint()),
     path("v1/models/<path:model>", ModelsEndpoint()),
     re_path(r"^v1/", UnknownPathEndpoint()),
+    # Probes, off Django's handler: a liveness probe must not wait on the database.
+    path("livez", LivenessEndpoint()),
+    path("readyz", ReadinessEndpoint()),
     # Every node, every few seconds: kept off Django's handler like /v1 (apps.hardware.consumers).
     path("internal/v1/nodes/<int:node_id>/heartbeat", NodeHeartbeatEndpoint()),
     re_path(r"", django_application),

@@ -10,10 +10,11 @@ from apps.gateway.services import (
     sensitive_term_delete,
     sensitive_term_update,
 )
+from dmxplatform.admin import OperatorActions
 
 
 @admin.register(SensitiveTerm)
-class SensitiveTermAdmin(admin.ModelAdmin):
+class SensitiveTermAdmin(OperatorActions, admin.ModelAdmin):
     """Every change goes through a service, which tells the gateways to reload their filter."""
 
     list_display = ["term", "category", "action", "is_active", "updated_at"]
@@ -38,12 +39,12 @@ class SensitiveTermAdmin(admin.ModelAdmin):
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[SensitiveTerm]) -> None:
         sensitive_term_bulk_delete(queryset=queryset)
 
-    @admin.action(description="Activate selected terms")
+    @admin.action(description="Activate selected terms", permissions=["operate"])
     def activate(self, request: HttpRequest, queryset: QuerySet[SensitiveTerm]) -> None:
         changed = sensitive_term_bulk_set_active(queryset=queryset, is_active=True)
         messages.success(request, f"Activated {changed} term(s).")
 
-    @admin.action(description="Deactivate selected terms")
+    @admin.action(description="Deactivate selected terms", permissions=["operate"])
     def deactivate(self, request: HttpRequest, queryset: QuerySet[SensitiveTerm]) -> None:
         changed = sensitive_term_bulk_set_active(queryset=queryset, is_active=False)
         messages.success(request, f"Deactivated {changed} term(s).")

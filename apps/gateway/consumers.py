@@ -73,6 +73,37 @@ class ModelsEndpoint:
             await send_error(send, error, headers)
 
 
+class LivenessEndpoint:
+    """GET /livez: the process answers (its event loop runs); nothing else is asked, so a
+    restart is never ordered for an outage elsewhere."""
+
+    async def __call__(self, scope: dict[str, Any], receive, send) -> None:
+        if scope["method"] != "GET":
+            await _refuse_method(send, "GET")
+            return
+        await send_json(send, 200, dumps({"status": "ok"}), [])
+
+
+class ReadinessEndpoint:
+    """GET /readyz: the process can serve (GatewayRuntime.readiness); 503 takes it out of the
+    load balancer until it can."""
+
+    async def __call__(self, scope: dict[str, Any], receive, send) -> None:
+        if scope["method"] != "GET":
+            await _refuse_method(send, "GET")
+            return
+        try:
+            runtime = await get_runtime()
+        except Exception as exc:  # it could not start (Redis away at start): not ready
+            body = {"status": "unready", "runtime": f"error: {exc.__class__.__name__}"}
+            await send_json(send, 503, dumps(body), [])
+            return
+        state = await runtime.readiness()
+        ready = state.pop("ready")
+        body = {"status": "ok" if ready else "unready", **state}
+        await send_json(send, 200 if ready else 503, dumps(body), [])
+
+
 class UnknownPathEndpoint:
     """Anything else under /v1: a 404 in OpenAI's shape, not Django's HTML page."""
 

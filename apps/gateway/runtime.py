@@ -15,11 +15,12 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
@@ -71,6 +72,8 @@ T = TypeVar("T")
 
 # After a Redis error the background loops wait this long before trying again, seconds.
 RECONNECT_DELAY = 1.0
+# /readyz's PING gives up after this: a probe must answer well inside a load balancer's timeout.
+READINESS_REDIS_TIMEOUT_SECONDS = 1.0
 # While the worker thread runs Python (a large prompt's screening), the event loop waits at most
 # this long for the GIL, seconds; CPython's default, 5 ms, would add that to other requests at
 # every hand-over. With one thread busy there is no contention and the value costs nothing.
@@ -87,6 +90,8 @@ class GatewayRuntime:
         self.fast_redis = resp_client()  # the request path (dmxplatform.resp)
         self._listener = async_redis(blocking=True)
         self.fleet = FleetView(stale_after=settings.DMX_NODE_STALE_SECONDS)
+        # When the fleet state was last read from Redis (monotonic); /readyz judges on it.
+        self.refreshed_at: float | None = None
         self.catalog = Catalog()
         # Database reads run through database_sync_to_async, which drops connections the server
         # closed (an outage, a failover) before and after each call; a plain thread would keep a
@@ -191,6 +196,7 @@ class GatewayRuntime:
         pipe.get(rkey(*CONTENT_FILTER_VERSION_KEY))
         pipe.get(rkey(*ROUTING_TABLE_VERSION_KEY))
         nodes, breakers, catalog_version, filter_version, table_version = await pipe.execute()
+        self.refreshed_at = time.monotonic()
         self.fleet.replace(nodes)
         self.breakers.replace(breakers)
         self.queues.wake_all()  # fresh state may have room for whoever waits
@@ -285,6 +291,24 @@ class GatewayRuntime:
             for other in self.fleet.live_nodes(node.model)
             if other.id != node.id and self.breakers.state(other.id) is BreakerState.CLOSED
         )
+
+    async def readiness(self) -> dict[str, Any]:
+        """Whether this process can serve now: Redis answers and the fleet state it routes on is
+        fresh. The database is not asked: serving goes on without it (the ledger waits in
+        Redis), so its outage must not take every gateway out of a load balancer."""
+        try:
+            async with asyncio.timeout(READINESS_REDIS_TIMEOUT_SECONDS):
+                await self.fast_redis.execute(b"PING")
+            redis = "ok"
+        except (TimeoutError, RedisUnavailable, RespError, OSError) as exc:
+            redis = f"error: {exc.__class__.__name__}"
+        age = None if self.refreshed_at is None else time.monotonic() - self.refreshed_at
+        fresh = age is not None and age <= settings.DMX_NODE_STALE_SECONDS
+        return {
+            "ready": redis == "ok" and fresh,
+            "redis": redis,
+            "fleet_state_age_seconds": None if age is None else round(age, 3),
+        }
 
     async def _refresh_loop(self) -> None:
         while True:

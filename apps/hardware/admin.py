@@ -11,6 +11,7 @@ from apps.hardware.services import (
     node_token_update,
     node_undrain,
 )
+from dmxplatform.admin import OperatorActions
 
 
 @admin.register(HardwareProfile)
@@ -89,7 +90,7 @@ class NodeTokenAdmin(admin.ModelAdmin):
 
 
 @admin.register(Node)
-class NodeAdmin(admin.ModelAdmin):
+class NodeAdmin(OperatorActions, admin.ModelAdmin):
     list_display = [
         "name",
         "status",
@@ -132,13 +133,15 @@ class NodeAdmin(admin.ModelAdmin):
     ]
     fields = ["profile", *readonly_fields]
 
-    @admin.action(description="Drain: no new requests (in-flight ones finish)")
+    @admin.action(
+        description="Drain: no new requests (in-flight ones finish)", permissions=["operate"]
+    )
     def drain(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
         for node in queryset:
             node_drain(node=node)
         self.message_user(request, f"Drained {queryset.count()} node(s).", messages.SUCCESS)
 
-    @admin.action(description="Undrain: route new requests again")
+    @admin.action(description="Undrain: route new requests again", permissions=["operate"])
     def undrain(self, request: HttpRequest, queryset: QuerySet[Node]) -> None:
         for node in queryset:
             node_undrain(node=node)

@@ -22,6 +22,7 @@ from apps.keys.services import (
     tenant_approve,
     tenant_keys_publish,
 )
+from dmxplatform.admin import OperatorActions
 
 LIMIT_FIELDS = ["requests_per_minute", "tokens_per_minute", "max_concurrent_requests"]
 
@@ -64,7 +65,7 @@ class ApprovalFilter(admin.SimpleListFilter):
 
 
 @admin.register(Tenant)
-class TenantAdmin(admin.ModelAdmin):
+class TenantAdmin(OperatorActions, admin.ModelAdmin):
     list_display = ["name", "slug", "plan", "is_active", "approved_at", "created_at"]
     list_filter = [ApprovalFilter, "plan", "is_active"]
     search_fields = ["name", "slug"]
@@ -73,7 +74,7 @@ class TenantAdmin(admin.ModelAdmin):
     inlines = [MembershipInline]
     actions = ["approve"]
 
-    @admin.action(description="Approve the selected tenants")
+    @admin.action(description="Approve the selected tenants", permissions=["operate"])
     def approve(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> None:
         approved = [tenant_approve(tenant=t) for t in queryset.filter(approved_at__isnull=True)]
         self.message_user(request, f"Approved {len(approved)} tenant(s).", messages.SUCCESS)
@@ -86,7 +87,7 @@ class TenantAdmin(admin.ModelAdmin):
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(admin.ModelAdmin):
+class ApiKeyAdmin(OperatorActions, admin.ModelAdmin):
     list_display = [
         "name",
         "display_prefix",
@@ -158,7 +159,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
             signing = api_key_signing_enable(key=key)
             messages.warning(request, f"The key's signing secret, shown this once: {signing}")
 
-    @admin.action(description="Revoke selected keys")
+    @admin.action(description="Revoke selected keys", permissions=["operate"])
     def revoke(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
         for key in queryset:
             api_key_revoke(key=key)
@@ -220,7 +221,7 @@ class UsageDailyAdmin(ReadOnlyAdmin):
 
 
 @admin.register(ManagementToken)
-class ManagementTokenAdmin(admin.ModelAdmin):
+class ManagementTokenAdmin(OperatorActions, admin.ModelAdmin):
     list_display = [
         "name",
         "display_prefix",
@@ -250,7 +251,7 @@ class ManagementTokenAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # created in the portal, where the secret is shown once
 
-    @admin.action(description="Revoke the selected tokens")
+    @admin.action(description="Revoke the selected tokens", permissions=["operate"])
     def revoke(self, request: HttpRequest, queryset: QuerySet[ManagementToken]) -> None:
         for token in queryset:
             management_token_revoke(token=token)

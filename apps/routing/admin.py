@@ -30,6 +30,7 @@ from apps.routing.services import (
     weights_apply,
     weights_reject,
 )
+from dmxplatform.admin import OperatorActions
 from dmxplatform.redis_client import sync_redis
 
 
@@ -87,7 +88,7 @@ class RoutingDecisionAdmin(ReadOnly):
 
 
 @admin.register(WeightRecomputation)
-class WeightRecomputationAdmin(ReadOnly):
+class WeightRecomputationAdmin(OperatorActions, ReadOnly):
     list_display = ["created_at", "window_start", "window_end", "status", "decided_by"]
     list_filter = ["status"]
     readonly_fields = ["changes_table"]
@@ -99,13 +100,13 @@ class WeightRecomputationAdmin(ReadOnly):
             "admin/routing/weight_changes.html", {"changes": recomputation.changes}
         )
 
-    @admin.action(description="Apply the selected recomputations")
+    @admin.action(description="Apply the selected recomputations", permissions=["operate"])
     def approve(self, request: HttpRequest, queryset: QuerySet[WeightRecomputation]) -> None:
         for recomputation in queryset.filter(status=RecomputationStatus.PROPOSED):
             weights_apply(recomputation=recomputation, operator=request.user)
         messages.success(request, "Weights applied.")
 
-    @admin.action(description="Reject the selected recomputations")
+    @admin.action(description="Reject the selected recomputations", permissions=["operate"])
     def reject(self, request: HttpRequest, queryset: QuerySet[WeightRecomputation]) -> None:
         for recomputation in queryset.filter(status=RecomputationStatus.PROPOSED):
             weights_reject(recomputation=recomputation, operator=request.user)
@@ -118,7 +119,7 @@ class CanaryEventAdmin(ReadOnly):
 
 
 @admin.register(Canary)
-class CanaryAdmin(admin.ModelAdmin):
+class CanaryAdmin(OperatorActions, admin.ModelAdmin):
     """Versions taking canary traffic, their figures so far, and the operator's two buttons."""
 
     list_display = ["__str__", "canary_percent", "canary_started_at", "figures"]
@@ -135,14 +136,14 @@ class CanaryAdmin(admin.ModelAdmin):
         since = version.canary_started_at or timezone.now()
         return json.dumps(version_figures(version=version, since=since).as_dict())
 
-    @admin.action(description="Promote: make stable")
+    @admin.action(description="Promote: make stable", permissions=["operate"])
     def promote(self, request: HttpRequest, queryset: QuerySet[Canary]) -> None:
         for version in queryset:
             figures = version_figures(version=version, since=version.canary_started_at).as_dict()
             canary_promote(version=version, figures=figures, automatic=False, operator=request.user)
         messages.success(request, "Promoted.")
 
-    @admin.action(description="Roll back: no more traffic")
+    @admin.action(description="Roll back: no more traffic", permissions=["operate"])
     def rollback(self, request: HttpRequest, queryset: QuerySet[Canary]) -> None:
         for version in queryset:
             figures = version_figures(version=version, since=version.canary_started_at).as_dict()
@@ -153,7 +154,7 @@ class CanaryAdmin(admin.ModelAdmin):
 
 
 @admin.register(NodeBreaker)
-class NodeBreakerAdmin(admin.ModelAdmin):
+class NodeBreakerAdmin(OperatorActions, admin.ModelAdmin):
     """Every node's circuit breaker as gateways see it in Redis; operators can close one."""
 
     list_display = ["name", "status", "breaker_state", "breaker_failures", "breaker_opened"]
@@ -188,7 +189,7 @@ class NodeBreakerAdmin(admin.ModelAdmin):
             return ""
         return datetime.fromtimestamp(breaker.opened_at, tz=UTC).isoformat(timespec="seconds")
 
-    @admin.action(description="Reset (close) the selected breakers")
+    @admin.action(description="Reset (close) the selected breakers", permissions=["operate"])
     def reset(self, request: HttpRequest, queryset: QuerySet[NodeBreaker]) -> None:
         for node in queryset:
             breaker_reset(node_id=node.id)

@@ -14,6 +14,7 @@ from apps.routing.choices import ScalingAction, ScalingTrigger
 from apps.routing.models import ScalingEvent, ScalingPolicy
 from apps.routing.scaling.scalers import policy_problems
 from apps.routing.scaling.services import scaling_evaluate
+from dmxplatform.admin import OperatorActions
 from dmxplatform.errors import ApplicationError
 
 
@@ -33,7 +34,7 @@ class ScalingPolicyForm(forms.ModelForm):
 
 
 @admin.register(ScalingPolicy)
-class ScalingPolicyAdmin(admin.ModelAdmin):
+class ScalingPolicyAdmin(OperatorActions, admin.ModelAdmin):
     form = ScalingPolicyForm
     list_display = [
         "model",
@@ -52,7 +53,9 @@ class ScalingPolicyAdmin(admin.ModelAdmin):
     readonly_fields = ["consecutive_breaches", "consecutive_calm", "last_scaled_at"]
     actions = ["evaluate_now"]
 
-    @admin.action(description="Evaluate now (and scale if the SLO says so)")
+    @admin.action(
+        description="Evaluate now (and scale if the SLO says so)", permissions=["operate"]
+    )
     def evaluate_now(self, request: HttpRequest, queryset: QuerySet[ScalingPolicy]) -> None:
         for policy in queryset.select_related("model"):
             try:
