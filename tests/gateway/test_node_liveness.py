@@ -75,7 +75,9 @@ def test_sigterm_drains_in_flight_requests_then_reports_down(platform, committed
         body = {
             "model": "dmx-tiny-b",
             "messages": [{"role": "user", "content": "go"}],
-            "max_tokens": 300,
+            # Long enough for a heartbeat to see it running on a quiet machine (300 once
+            # finished between two of them).
+            "max_tokens": 1200,
             "ignore_eos": True,
         }
         result["reply"] = call(
@@ -95,7 +97,7 @@ def test_sigterm_drains_in_flight_requests_then_reports_down(platform, committed
 
     reply = result["reply"]
     assert reply.status == 200, reply.body  # the in-flight request finished
-    assert reply.json()["usage"]["completion_tokens"] == 300
+    assert reply.json()["usage"]["completion_tokens"] == 1200
     assert live_state_of(worker).status == NodeStatus.DOWN  # reported by the worker itself
     wait_for(
         lambda: node_of(worker).status == NodeStatus.DOWN,
