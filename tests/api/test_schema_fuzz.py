@@ -23,7 +23,6 @@ from django.core.wsgi import get_wsgi_application
 from django.db import close_old_connections
 from hypothesis import HealthCheck, Phase, settings
 from schemathesis.checks import not_a_server_error
-from schemathesis.config import SchemathesisConfig
 
 from apps.hardware.models import Node
 from apps.keys.choices import MemberRole
@@ -31,6 +30,7 @@ from apps.keys.models import Plan
 from apps.keys.services import member_invite
 from apps.routing.models import RoutingRule
 from tests.api.conftest import as_caller, record_usage
+from tests.fuzz import ERROR_FIELDS, fuzz_config
 from tests.hardware.factories import make_node_token
 from tests.keys.factories import make_api_key, make_member, make_tenant
 from tests.models.factories import make_model
@@ -40,23 +40,7 @@ pytestmark = pytest.mark.django_db
 # Generated cases per operation in the fuzzing phase, on top of the schema's examples and the
 # coverage phase's: the whole module stays near a minute on two cores.
 MAX_EXAMPLES = 15
-ERROR_FIELDS = {"message", "type", "param", "code"}
-
-CONFIG = SchemathesisConfig.from_dict(
-    {
-        "phases": {
-            "examples": {"enabled": True},
-            "coverage": {"enabled": True},
-            "fuzzing": {"enabled": True},
-            "stateful": {"enabled": False},
-        },
-        "generation": {
-            "max-examples": MAX_EXAMPLES,
-            # The test sends its own token; generated ones would only make 401s.
-            "with-security-parameters": False,
-        },
-    }
-)
+CONFIG = fuzz_config(max_examples=MAX_EXAMPLES)
 schema = schemathesis.openapi.from_wsgi("/api/schema/", get_wsgi_application(), config=CONFIG)
 
 

@@ -28,10 +28,10 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, Phase, settings
 from schemathesis.checks import not_a_server_error
-from schemathesis.config import SchemathesisConfig
 
 from apps.keys import ledger
 from dmxplatform.redis_client import sync_redis
+from tests.fuzz import ERROR_FIELDS, fuzz_config
 from tests.stack import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -44,24 +44,11 @@ MAX_EXAMPLES = 300
 MAX_COMPLETION_TOKENS = 8
 MAX_SAMPLES = 2  # n, best_of
 REQUEST_TIMEOUT = 60  # seconds; a request that hangs longer is a failure
-ERROR_FIELDS = {"message", "type", "param", "code"}
-
-CONFIG = SchemathesisConfig.from_dict(
-    {
-        "phases": {
-            "examples": {"enabled": True},
-            # Deterministic boundary and negative cases: about 1,150 for chat and 250 for text
-            # completions, nearly all answered with a 400 in milliseconds.
-            "coverage": {"enabled": True},
-            "fuzzing": {"enabled": True},
-            "stateful": {"enabled": False},
-        },
-        "generation": {
-            "max-examples": MAX_EXAMPLES,
-            # The test sends the e2e key itself; generated Authorization headers would only
-            # turn cases into 401s.
-            "with-security-parameters": False,
-        },
+# Deterministic coverage cases come on top: about 1,150 for chat and 250 for text
+# completions, nearly all answered with a 400 in milliseconds.
+CONFIG = fuzz_config(
+    max_examples=MAX_EXAMPLES,
+    **{
         # Read a streamed reply to its end: an error event comes last.
         "max-stream-events": 1000,
         # Reproductions must show max_tokens and the like ("token" is masked by default).
@@ -71,7 +58,7 @@ CONFIG = SchemathesisConfig.from_dict(
                 "sensitive-markers": ["authorization"],
             }
         },
-    }
+    },
 )
 schema = schemathesis.openapi.from_path(SCHEMA_PATH, config=CONFIG)
 _RAW = json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
