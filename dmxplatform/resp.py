@@ -112,6 +112,11 @@ class _Protocol(asyncio.Protocol):
         it) `now`."""
         loop = asyncio.get_running_loop()
         waiter = loop.create_future()
+        if self.closed:
+            # Lost already (a server that accepts and hangs up at once, as a restarting one or
+            # a proxy before it does): no reply and no watchdog will come for this command.
+            waiter.set_exception(RedisUnavailable("Redis connection lost"))
+            return waiter
         self.waiters.append((waiter, loop.time() + self.timeout))
         if not self._outbox and not now:
             loop.call_soon(self._flush)

@@ -7,7 +7,7 @@ import pytest
 from django.conf import settings
 
 from dmxplatform.redis_client import resp_client, sync_redis
-from dmxplatform.resp import RedisUnavailable, RespClient, RespError, Script, pack
+from dmxplatform.resp import RedisUnavailable, RespClient, RespError, Script, _Protocol, pack
 from tests.stack import wait_for
 
 
@@ -84,6 +84,22 @@ def test_nobody_listening_is_unavailable():
         client = RespClient("redis://127.0.0.1:1/0", timeout=0.5)
         with pytest.raises(RedisUnavailable):
             await client.execute("PING")
+
+    run(scenario)
+
+
+def test_a_command_on_a_connection_already_lost_fails_at_once():
+    """A connection can be lost between two commands of one call (submit's SCRIPT LOAD and its
+    EVALSHA, a proxy or a restarting server hanging up): the second must fail, not wait for a
+    reply that cannot come while nothing watches for it any more."""
+
+    async def scenario(_):
+        protocol = _Protocol(timeout=60)
+        protocol.connection_lost(ConnectionResetError("reset by peer"))
+        waiter = protocol.send(b"PING")
+        assert waiter.done()
+        with pytest.raises(RedisUnavailable):
+            await asyncio.wait_for(waiter, 1)
 
     run(scenario)
 
