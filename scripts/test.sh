@@ -4,17 +4,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# One run at a time per checkout: the suite owns its test database and its Redis database, and
-# a second run would drop them under the first.
 mkdir -p .run
-exec 9>.run/test.lock
-if ! flock -n 9; then
-  echo "==> waiting for another test run in this checkout to finish" >&2
-  flock 9
-fi
-
-./scripts/services.sh --postgres
-./scripts/bootstrap.sh
+# Setting up the virtualenvs and node_modules one run at a time.
+flock .run/bootstrap.lock ./scripts/services.sh --postgres
+flock .run/bootstrap.lock ./scripts/bootstrap.sh
 
 # The suite's own settings; the real environment and .env do not leak in.
 export DMX_DEBUG=1
@@ -32,8 +25,18 @@ export DMX_USAGE_FLUSH_SECONDS=0.5
 export DMX_STATE_REFRESH_SECONDS=0.25
 # A body that stops arriving is refused after 2 s rather than 20.
 export DMX_BODY_READ_TIMEOUT_SECONDS=2
-# Spooled stream entries of this suite's processes only.
-export DMX_SPOOL_DIR=$PWD/.run/test-spool
+# One run at a time per database and Redis database: the suite owns both, and a second run
+# would drop them under the first. Runs given other ones (DMX_TEST_DATABASE_URL,
+# DMX_TEST_REDIS_URL) go side by side.
+run_id=$(printf '%s %s' "$DATABASE_URL" "$REDIS_URL" | md5sum | cut -c1-8)
+exec 9>".run/test-$run_id.lock"
+if ! flock -n 9; then
+  echo "==> waiting for another test run on the same databases to finish" >&2
+  flock 9
+fi
+# Spooled stream entries and the processes' logs of this run only.
+export DMX_SPOOL_DIR=$PWD/.run/test-spool-$run_id
+export DMX_TEST_LOG_DIR=$PWD/.run/test-logs${DMX_TEST_DATABASE_URL:+-$run_id}
 export HF_HUB_OFFLINE=1
 export PYTHONDONTWRITEBYTECODE=1
 
@@ -43,7 +46,7 @@ if ! command -v chromium >/dev/null; then
   echo "==> installing chromium (apt-get, for the browser tests)"
   apt-get install -y -qq chromium >/dev/null || { apt-get update -qq && apt-get install -y -qq chromium >/dev/null; }
 fi
-.venv/bin/python manage.py collectstatic --noinput -v0
+flock .run/bootstrap.lock .venv/bin/python manage.py collectstatic --noinput -v0
 
 status=0
 .venv/bin/python -m pytest "$@" || status=$?

@@ -114,8 +114,12 @@ def _database_url(port: int) -> str:
 
 @pytest.fixture(scope="session")
 def platform(django_db_setup, django_db_blocker) -> Iterator[RunningPlatform]:
-    """The gateway, Celery (worker + beat) and one vLLM worker per e2e model, started once."""
+    """The gateway, Celery (worker + beat) and one vLLM worker per e2e model, started once.
+
+    One such stack at a time on the machine: test runs on other databases go side by side
+    (scripts/test.sh), but three vLLM engines each are more than two cores start in time."""
     assert connection.vendor == "postgresql", "e2e tests run against PostgreSQL (scripts/test.sh)"
+    lock = stack_module.machine_lock("e2e-stack")
     stack_module.build_tiny_model()
     with django_db_blocker.unblock():
         seed = e2e_seed()
@@ -143,6 +147,7 @@ def platform(django_db_setup, django_db_blocker) -> Iterator[RunningPlatform]:
     finally:
         stack.stop()
         database.close()
+        lock.close()
 
 
 def wait_until_served(running: RunningPlatform, model: str, worker: stack_module.Worker) -> None:

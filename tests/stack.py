@@ -7,6 +7,7 @@ test prints. Everything is stopped by process group, so no child outlives the te
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import signal
 import socket
@@ -17,7 +18,9 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-LOG_DIR = ROOT / ".run" / "test-logs"
+# Each test run its own (scripts/test.sh): runs on other databases go side by side.
+LOG_DIR = Path(os.environ.get("DMX_TEST_LOG_DIR") or ROOT / ".run" / "test-logs")
+LOCKS = ROOT / ".run" / "locks"
 PLATFORM_PYTHON = ROOT / ".venv" / "bin" / "python"
 WORKER_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 TINY_MODEL_DIR = ROOT / ".cache" / "models" / "dmx-tiny"
@@ -39,6 +42,14 @@ def celery_argv(schedule: Path) -> list[str]:
         "--queues", "default,ledger,fleet", "--concurrency", "1", "--loglevel", "INFO",
         "--schedule", str(schedule),
     ]  # fmt: skip
+
+
+def machine_lock(name: str):
+    """Hold a lock shared by every test run on this machine until the returned file closes."""
+    LOCKS.mkdir(parents=True, exist_ok=True)
+    handle = (LOCKS / f"{name}.lock").open("w")
+    fcntl.flock(handle, fcntl.LOCK_EX)
+    return handle
 
 
 def free_port() -> int:
