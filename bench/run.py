@@ -7,6 +7,8 @@
                                              # an upstream paced like a GPU engine
     .venv/bin/python bench/run.py --litellm  # also LiteLLM's proxy at every point, the yardstick
                                              # of the targets (bench/setup_litellm.sh first)
+    .venv/bin/python bench/run.py --no-vllm --otlp --results tracing-on
+                                             # every request traced, to a sink (bench/otlp_sink.py)
 
 One command starts everything on this machine: a fast fake upstream (bench/upstream.py), an
 inference worker attached to it (so the gateway sees a registered node with heartbeats), the
@@ -318,7 +320,8 @@ def markdown(rows: list[dict], vllm: dict | None, soak: dict | None, meta: dict)
         f"{_pacing(meta)}; "
         f"gateway pinned to core {meta['gateway_core']}, upstream and load generator to core "
         f"{meta['other_core']}; {meta['duration']} s per point after {meta['warmup']} s warm-up; "
-        f"ledger drain (Celery) {meta['ledger']} while measuring.",
+        f"ledger drain (Celery) {meta['ledger']} while measuring; tracing "
+        f"{meta.get('tracing', 'off')}.",
         "",
         "| mode | C | direct rps | gateway rps | throughput ratio | added p50 ms | added p99 ms "
         "| upstream p50 ms | gateway CPU ms/req |",
@@ -457,6 +460,15 @@ def vllm_point(
     direct = measure(direct_url + "/v1/chat/completions", None, **common)
     via = measure(gateway_url + "/v1/chat/completions", credentials["key"], **common)
     return {"tokens": 64, "concurrency": 8, "direct": direct, "gateway": via}
+
+
+def start_otlp_sink(procs: Processes, core: str) -> str:
+    """Start the OTLP/HTTP sink on the upstream's core; return its URL, once it answers."""
+    port = free_port()
+    procs.start("otlp-sink", [str(PYTHON), "bench/otlp_sink.py", "--port", str(port)], core)
+    url = f"http://127.0.0.1:{port}"
+    _wait(url + "/stats")
+    return url
 
 
 def start_litellm(procs: Processes, upstream_url: str, core: str) -> tuple[str, int]:
@@ -676,6 +688,11 @@ def main() -> None:
     )
     parser.add_argument("--no-points", action="store_true", help="skip the latency points")
     parser.add_argument(
+        "--otlp",
+        action="store_true",
+        help="trace every request (DMX_OTLP_ENDPOINT) to a collector that keeps nothing",
+    )
+    parser.add_argument(
         "--litellm",
         action="store_true",
         help="also measure LiteLLM's proxy at each point (bench/setup_litellm.sh installs it)",
@@ -691,6 +708,8 @@ def main() -> None:
     credentials = setup(env)
     procs = Processes(env)
     try:
+        if args.otlp:
+            env["DMX_OTLP_ENDPOINT"] = start_otlp_sink(procs, other_core)
         stack = start_fake_upstream_stack(
             procs,
             env,
@@ -744,6 +763,7 @@ def main() -> None:
         "duration": args.duration,
         "ledger": "live" if args.ledger_live else "paused",
         "litellm": litellm_proxy.version() if args.litellm else None,
+        "tracing": "on, every request" if args.otlp else "off",
     }
     table = markdown(rows, vllm, soak_result, meta) + ("\n" + profiled if profiled else "")
     print(table)

@@ -17,6 +17,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils.html import format_html
 
 from dmxplatform import streams
 
@@ -40,17 +41,40 @@ class OperatorActions:
         return request.user.has_perm(f"{opts.app_label}.{get_permission_codename('change', opts)}")
 
 
+def request_trace_link(request_id: str) -> str:
+    """A link to a request's trace page, for the admin pages of what it left behind."""
+    url = reverse("admin:console_trace", args=[request_id])
+    return format_html('<a href="{}">stages, routing and usage of {}</a>', url, request_id)
+
+
 class PlatformAdminSite(admin.AdminSite):
     site_header = "DMX platform"
     site_title = "DMX platform"
     index_title = "Operator console"
 
     def get_urls(self):
+        from apps.console import dashboard, trace  # they import the apps, which import this
+
         pages = [
             path(
                 "platform/parked/",
                 self.admin_view(self.parked_view),
                 name="platform_parked",
+            ),
+            path(
+                "platform/fleet/",
+                self.admin_view(dashboard.fleet_dashboard_view),
+                name="console_fleet_dashboard",
+            ),
+            path(
+                "platform/traces/",
+                self.admin_view(trace.trace_search_view),
+                name="console_trace_search",
+            ),
+            path(
+                "platform/traces/<str:request_id>/",
+                self.admin_view(trace.trace_detail_view),
+                name="console_trace",
             ),
         ]
         return pages + super().get_urls()
@@ -71,7 +95,19 @@ class PlatformAdminSite(admin.AdminSite):
                             "object_name": "parked",
                             "admin_url": reverse("admin:platform_parked"),
                             "view_only": True,
-                        }
+                        },
+                        {
+                            "name": "Fleet dashboard",
+                            "object_name": "fleet",
+                            "admin_url": reverse("admin:console_fleet_dashboard"),
+                            "view_only": True,
+                        },
+                        {
+                            "name": "Request traces",
+                            "object_name": "traces",
+                            "admin_url": reverse("admin:console_trace_search"),
+                            "view_only": True,
+                        },
                     ],
                 },
             )

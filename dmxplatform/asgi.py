@@ -1,5 +1,5 @@
 """The ASGI application: Channels routes /v1 to the gateway, everything else to Django, and
-the portal's playground WebSocket to its consumer.
+the WebSockets (the portal's playground, the console's fleet dashboard) to their consumers.
 
 Django's handler (and its sync middleware) never sees a /v1 request or a node heartbeat; the
 admin, the rest of the internal node API, /health and /metrics go through it as usual.
@@ -24,6 +24,8 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.urls import path, re_path  # noqa: E402
 
+from apps.console.consumers import FleetDashboardConsumer  # noqa: E402
+from apps.console.dashboard import FLEET_SOCKET_PATH  # noqa: E402
 from apps.gateway.consumers import (  # noqa: E402
     CompletionsEndpoint,
     Lifespan,
@@ -52,7 +54,10 @@ gateway_routes = [
 
 # The session cookie signs the user in; the Origin check keeps another site's page from using
 # it (a WebSocket handshake is not covered by CSRF protection).
-websocket_routes = [path("ws/playground", PlaygroundConsumer.as_asgi())]
+websocket_routes = [
+    path("ws/playground", PlaygroundConsumer.as_asgi()),
+    path(FLEET_SOCKET_PATH, FleetDashboardConsumer.as_asgi()),
+]
 
 application = ProtocolTypeRouter(
     {

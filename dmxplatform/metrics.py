@@ -1,14 +1,41 @@
-"""The platform's own Prometheus metrics (django-prometheus adds Django's)."""
+"""The platform's own Prometheus metrics (django-prometheus adds Django's).
+
+Names carry their units. The three-layer diagnosis of a slow request is three queries: the
+gateway (dmx_gateway_stage_seconds by stage), routing (the queue and route stages,
+dmx_routing_decision_seconds, dmx_gateway_queue_depth), inference (dmx_gateway_time_to_first_
+token_seconds and dmx_gateway_stream_duration_seconds by model, the node gauges of
+apps.routing.metrics). Every gateway process writes its own figures; /metrics sums them
+(prometheus_client's multiprocess mode, dmxplatform.exposition).
+"""
 
 import time
 
-from prometheus_client import Counter, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import REGISTRY, Collector
+from prometheus_client.registry import Collector
 from redis.exceptions import RedisError
 
 from dmxplatform import streams
 from dmxplatform.redis_client import sync_redis
+
+
+class Bound:
+    """A metric's children by label values, each bound once: `labels()` takes a lock and
+    builds its key on every call, which the request path pays several times a request. For
+    label values from a bounded set only (endpoints, statuses, served models, nodes, tiers)."""
+
+    __slots__ = ("_children", "_metric")
+
+    def __init__(self, metric) -> None:
+        self._metric = metric
+        self._children: dict[tuple[str, ...], object] = {}
+
+    def __call__(self, *values: str):
+        child = self._children.get(values)
+        if child is None:
+            child = self._children[values] = self._metric.labels(*values)
+        return child
+
 
 # Buckets from 5 ms to 2 min: non-streamed completions on a GPU land between 0.1 s and 30 s.
 REQUEST_DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
@@ -20,11 +47,77 @@ gateway_request_duration = Histogram(
     buckets=REQUEST_DURATION_BUCKETS,
 )
 
+# What a gateway stage adds: from 50 us (a cache hit) to seconds (a wait in the queue).
+STAGE_BUCKETS = (
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1,
+    2.5, 5, 10, 30,
+)  # fmt: skip
+
+gateway_stage_seconds = Histogram(
+    "dmx_gateway_stage_seconds",
+    "Time each stage of the gateway and of routing added to a request (apps.gateway.stages).",
+    ["stage"],
+    buckets=STAGE_BUCKETS,
+)
+
+gateway_time_to_first_token = Histogram(
+    "dmx_gateway_time_to_first_token_seconds",
+    "Time from request received to the first token relayed, streamed requests, by model.",
+    ["model"],
+    buckets=REQUEST_DURATION_BUCKETS,
+)
+
+gateway_stream_duration = Histogram(
+    "dmx_gateway_stream_duration_seconds",
+    "Time from request received to the stream's end, streamed requests that finished, by model.",
+    ["model"],
+    buckets=REQUEST_DURATION_BUCKETS,
+)
+
+routing_decision_seconds = Histogram(
+    "dmx_routing_decision_seconds",
+    "Time one routing decision took (filters and scores over the model's nodes).",
+    buckets=(0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.01),
+)
+
+gateway_upstream_errors = Counter(
+    "dmx_gateway_upstream_errors_total",
+    "Failed calls to nodes, by what failed: the node's HTTP status, `connect` (no connection) or "
+    "`stream` (an error event or an early end mid-stream).",
+    ["code"],
+)
+
+gateway_queue_depth = Gauge(
+    "dmx_gateway_queue_depth",
+    "Requests waiting in the priority queue of a saturated model, all gateway processes.",
+    ["model"],
+    multiprocess_mode="livesum",
+)
+
+gateway_node_inflight = Gauge(
+    "dmx_node_gateway_inflight_requests",
+    "Requests the gateway processes have in flight on the node.",
+    ["node"],
+    multiprocess_mode="livesum",
+)
+
 gateway_tokens = Counter(
     "dmx_gateway_tokens_total",
-    "Tokens served through the gateway, by model and kind (prompt or completion).",
-    ["model", "kind"],
+    "Tokens served through the gateway, by model, kind (prompt or completion) and key tier.",
+    ["model", "kind", "tier"],
 )
+
+gateway_refusals = Counter(
+    "dmx_gateway_admissions_refused_total",
+    "Requests refused before reaching a node, by reason: a key limit's meter (requests, tokens, "
+    "concurrency, quota, nonce), `large_body` (the off-loop capacity), `queue_timeout` (no room "
+    "freed in time) or `no_capacity` (no live node).",
+    ["reason"],
+)
+# Present from the start, so that rate() and alerts see the first one (the refusal reasons:
+# apps.gateway.admission).
+for _code in ("connect", "stream"):
+    gateway_upstream_errors.labels(_code)
 
 node_heartbeats = Counter(
     "dmx_node_heartbeats_total",
@@ -40,7 +133,16 @@ gateway_admissions = Counter(
 )
 
 
-class StreamCollector(Collector):
+class ScrapeTimeCollector(Collector):
+    """A collector that reads Redis or the database when scraped. It describes nothing, so
+    that registering it reads nothing: the registry would otherwise collect once to learn its
+    names, at import, maybe inside an event loop where the database may not be used."""
+
+    def describe(self) -> list:
+        return []
+
+
+class StreamCollector(ScrapeTimeCollector):
     """Each durable stream's backlog and parked entries, read from Redis at scrape time: a
     backlog that only grows is a ledger that stopped (alert on it), parked entries need a
     person."""
@@ -79,6 +181,3 @@ class StreamCollector(Collector):
             oldest.add_metric([stream.label], max(now_ms - first_ms, 0) / 1000)
             dead.add_metric([stream.label], parked_count)
         yield from (backlog, oldest, dead)
-
-
-REGISTRY.register(StreamCollector())

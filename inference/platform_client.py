@@ -12,9 +12,11 @@ from inference.wire import (
     REGISTER_PATH,
     TOKENIZER_PATH,
     Heartbeat,
+    HeartbeatAccepted,
     Registration,
     RegistrationAccepted,
     TokenizerUpload,
+    WireError,
 )
 
 # The platform answers these calls from memory and one small write; 10 s means it is in trouble.
@@ -88,8 +90,14 @@ class PlatformClient:
             self._call("POST", REGISTER_PATH, registration.to_dict())
         )
 
-    def heartbeat(self, node_id: int, heartbeat: Heartbeat) -> None:
-        self._call("POST", HEARTBEAT_PATH.format(node_id=node_id), heartbeat.to_dict())
+    def heartbeat(self, node_id: int, heartbeat: Heartbeat) -> HeartbeatAccepted:
+        """Send a heartbeat; the answer carries the operator's drain."""
+        path = HEARTBEAT_PATH.format(node_id=node_id)
+        answer = self._call("POST", path, heartbeat.to_dict())
+        try:
+            return HeartbeatAccepted.from_dict(answer)
+        except WireError as exc:
+            raise PlatformError(f"POST {path}: unexpected answer: {exc}") from exc
 
     def upload_tokenizer(self, sha256: str, upload: TokenizerUpload) -> None:
         self._call("PUT", TOKENIZER_PATH.format(sha256=sha256), upload.to_dict())

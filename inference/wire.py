@@ -199,6 +199,16 @@ class Heartbeat(Message):
 
 
 @dataclass(slots=True)
+class HeartbeatAccepted(Message):
+    """The platform's answer to a heartbeat: what it stored, and the operator's drain."""
+
+    node_id: int
+    status: str
+    # An operator drained the node: gateways send it no new requests until it is undrained.
+    drained: bool = False
+
+
+@dataclass(slots=True)
 class TokenizerUpload(Message):
     """A model's tokenizer files, sent once per distinct tokenizer."""
 

@@ -125,6 +125,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--drain-timeout", type=float, default=float(_env("DMX_DRAIN_TIMEOUT", "30"))
     )
     parser.add_argument(
+        "--otlp-endpoint",
+        default=_env("DMX_OTLP_ENDPOINT"),
+        help="an OTLP/HTTP collector's base URL: vLLM exports its request spans there, joining "
+        "the gateway's traces (default: none, no tracing)",
+    )
+    parser.add_argument(
         "--no-recommend",
         action="store_true",
         help="start vLLM with the arguments after `--` only, without the recommended ones",
@@ -205,6 +211,7 @@ class Worker:
                 extra_args=vllm_args,
                 env=vllm_env,
                 attach_url=args.attach,
+                otlp_endpoint=args.otlp_endpoint,
             )
         )
         self.platform = PlatformClient(args.platform_url, args.node_token)
@@ -214,6 +221,9 @@ class Worker:
         self.tokenizer: TokenizerUpload | None = None
         self.monitor = EngineMonitor()
         self.last_load = EngineLoad()
+        # An operator's drain, as the last heartbeat's answer told it: gateways send no new
+        # requests while it holds, and the engine keeps serving those in flight.
+        self.drained = False
 
     def hardware(self) -> NodeView:
         """Return the GPUs this worker uses, as NVML sees them now, or the CPU."""
@@ -328,11 +338,26 @@ class Worker:
             return
         heartbeat = Heartbeat(status=status, engine=load, resources=self.hardware().to_dict())
         try:
-            self.platform.heartbeat(self.accepted.node_id, heartbeat)
+            answer = self.platform.heartbeat(self.accepted.node_id, heartbeat)
         except PlatformError as exc:
             logger.warning("heartbeat failed: %s", exc)
             if exc.status == 404:  # the platform forgot us (a reset database): announce again
                 self._register(self.registration)
+            return
+        self._drained_learn(answer.drained, load)
+
+    def _drained_learn(self, drained: bool, load: EngineLoad) -> None:
+        """Note an operator's drain or undrain, told by a heartbeat's answer, once per change."""
+        if drained == self.drained:
+            return
+        self.drained = drained
+        if drained:
+            in_flight = load.num_requests_running + load.num_requests_waiting
+            logger.info(
+                "drained by an operator: no new requests will come; %d in flight", in_flight
+            )
+        else:
+            logger.info("undrained by an operator: new requests will come again")
 
     def _drain(self) -> int:
         """Stop taking work, let in-flight requests finish, stop the engine, report down."""

@@ -11,6 +11,7 @@ from apps.keys.errors import KeysErrorCode
 from apps.keys.keycache import KeyRecord
 from apps.keys.limiter import Limiter
 from apps.keys.ratelimit import Admission, Meter, rules_for
+from dmxplatform import metrics
 from dmxplatform.errors import (
     ApplicationError,
     AuthenticationError,
@@ -21,6 +22,14 @@ from dmxplatform.resp import RedisUnavailable
 
 # Retry-After for a request that can never fit a per-minute limit: the window's length.
 NEVER_FITS_RETRY_SECONDS = 60
+
+
+# Why a request may be refused before a node: a key limit's meter, or the gateway's own reasons
+# (counted in apps.gateway.runtime, apps.gateway.pipeline, apps.gateway.upstream). Each is in
+# /metrics from the start, so that rate() and alerts see the first refusal.
+REFUSAL_REASONS = (*Meter.ALL, "large_body", "queue_timeout", "no_capacity")
+for _reason in REFUSAL_REASONS:
+    metrics.gateway_refusals.labels(_reason)
 
 
 def reservation(request: CompletionRequest, prompt_tokens: int, context_limit: int) -> int:
@@ -98,5 +107,6 @@ async def admit(
             headers={"Retry-After": str(settings.DMX_RETRY_AFTER_SECONDS)},
         ) from exc
     if not admission.admitted:
+        metrics.gateway_refusals.labels(admission.failed.meter).inc()
         raise _refusal(admission, reserve)
     return admission

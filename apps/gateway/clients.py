@@ -17,7 +17,7 @@ def trusted_networks(cidrs: tuple[str, ...]) -> tuple[Network, ...]:
     return tuple(ipaddress.ip_network(cidr, strict=False) for cidr in cidrs)
 
 
-def _trusted(address: str, networks: Sequence[Network]) -> bool:
+def is_trusted(address: str, networks: Sequence[Network]) -> bool:
     try:
         ip = ipaddress.ip_address(address)
     except ValueError:
@@ -29,12 +29,19 @@ def client_address(scope: dict[str, Any], trusted: Sequence[Network]) -> str | N
     """Return the caller's address: the peer, or, behind trusted proxies, the nearest address
     in X-Forwarded-For that is not one of them (clients can forge the rest of the list)."""
     peer = scope["client"][0] if scope.get("client") else None
-    if peer is None or not trusted or not _trusted(peer, trusted):
-        return peer
     forwarded = header(scope, b"x-forwarded-for")
+    return forwarded_address(peer, forwarded.decode("latin-1") if forwarded else None, trusted)
+
+
+def forwarded_address(
+    peer: str | None, forwarded: str | None, trusted: Sequence[Network]
+) -> str | None:
+    """client_address from the peer's address and the X-Forwarded-For header's value."""
+    if peer is None or not trusted or not is_trusted(peer, trusted):
+        return peer
     if not forwarded:
         return peer
-    for hop in reversed([h.strip() for h in forwarded.decode("latin-1").split(",")]):
-        if hop and not _trusted(hop, trusted):
+    for hop in reversed([h.strip() for h in forwarded.split(",")]):
+        if hop and not is_trusted(hop, trusted):
             return hop
     return peer

@@ -25,7 +25,7 @@ from typing import Any
 
 from django.conf import settings
 
-from apps.gateway import sse
+from apps.gateway import sse, tracing
 from apps.gateway.admission import admit, reservation
 from apps.gateway.auth import authenticate, check_network, check_signature, check_usable
 from apps.gateway.clients import client_address
@@ -39,8 +39,10 @@ from apps.gateway.errors import GatewayErrorCode
 from apps.gateway.intent import classify
 from apps.gateway.outputs import StreamEditor, filter_response
 from apps.gateway.prompts import affinity_key, intent_text, screen_prompt
+from apps.gateway.request_ids import accept_client_request_id
 from apps.gateway.runtime import GatewayRuntime, get_runtime
 from apps.gateway.schemas import CompletionRequest, Endpoint, parse_json, validate_completion
+from apps.gateway.stages import GATEWAY_STAGES, Stage
 from apps.gateway.upstream import connect, stream_error, upstream_error
 from apps.gateway.upstream_http import (
     UpstreamConnectionError,
@@ -48,7 +50,7 @@ from apps.gateway.upstream_http import (
     UpstreamTimeout,
 )
 from apps.hardware.fleet import NodeSnapshot
-from apps.keys.choices import UsageStatus
+from apps.keys.choices import PriorityTier, UsageStatus
 from apps.keys.keycache import KeyRecord
 from apps.keys.ledger import MODEL_CHARS, UNRECORDED, USAGE_STREAM, UsageEvent
 from apps.keys.ratelimit import Admission
@@ -66,6 +68,7 @@ from dmxplatform.errors import (
     ServiceUnavailableError,
     UpstreamError,
 )
+from dmxplatform.logs import bind_request
 from dmxplatform.records import storable_text
 from dmxplatform.resp import RedisUnavailable
 from dmxplatform.responses import EVENT_STREAM, Headers, header, read_body, send_error, send_json
@@ -126,9 +129,10 @@ class CompletionCall:
         self.send = send
         self.request_id = new_request_id()
         self.received_at = time.time()
-        self._t0 = time.perf_counter()
-        self._last = self._t0
-        self.timings: dict[str, float] = {}
+        self.trace = tracing.start(endpoint, self.request_id)
+        self.clock = self.trace.new_clock()
+        self._t0 = self.clock.started
+        self.client_request_id = ""
         self.headers: Headers = [(b"x-request-id", self.request_id.encode())]
         self.key = key
         self.request: CompletionRequest | None = None
@@ -158,14 +162,15 @@ class CompletionCall:
         # The settle call on its way to Redis (its reply to come), and the entries it carries.
         self._settlement: tuple[asyncio.Future, list[tuple[str, bytes]]] | None = None
 
-    def mark(self, stage: str) -> None:
-        now = time.perf_counter()
-        self.timings[stage] = round((now - self._last) * 1000, 3)
-        self._last = now
-
     async def run(self) -> None:
         runtime: GatewayRuntime | None = None
         try:
+            self.client_request_id = accept_client_request_id(self.scope, self.headers)
+            bind_request(
+                self.request_id,
+                client_request_id=self.client_request_id,
+                trace_id=self.trace.trace_id,
+            )
             runtime = await get_runtime()
             body = await read_body(self.receive, MAX_BODY_BYTES)
             if self.key is None:
@@ -179,7 +184,7 @@ class CompletionCall:
                 check_usable(key, time.time())
                 nonce = None
             check_network(key, client_address(self.scope, runtime.trusted_proxies))
-            self.mark("auth")
+            self.clock.mark(Stage.AUTH)
             prepare = functools.partial(self._prepare, runtime, key, body)
             if len(body) > settings.DMX_LARGE_BODY_BYTES:
                 try:
@@ -203,12 +208,18 @@ class CompletionCall:
             route = functools.partial(self._route, runtime)
             self.sent_at = time.time()
             async with connect(
-                runtime, request, route, priority=key.priority, time_left=self._time_left
+                runtime,
+                request,
+                route,
+                priority=key.priority,
+                time_left=self._time_left,
+                request_id=self.request_id,
+                trace=self.trace,
             ) as (node, response):
                 self.node = node
                 self.others_on_node = runtime.fleet.others_on(node, since=self.sent_at)
-                self.mark("upstream_connect")
-                if response.status != 200:
+                self.clock.mark(Stage.CONNECT)
+                if response.status != 200:  # a 4xx: the request's fault, not the node's
                     raise upstream_error(response.status, await response.read())
                 if request.stream:
                     await self._stream(runtime, response)
@@ -242,16 +253,31 @@ class CompletionCall:
             )
         finally:
             await self._confirm_settlement(runtime)
-            metrics.gateway_request_duration.labels(
-                self.endpoint.value,
-                str(self.http_status),
-                "true" if self.request and self.request.stream else "false",
-            ).observe(time.perf_counter() - self._t0)
+            self.trace.end(self)
+            self._export_metrics()
+
+    def _export_metrics(self) -> None:
+        streamed = bool(self.request and self.request.stream)
+        elapsed = time.perf_counter() - self._t0
+        _REQUEST_DURATION(
+            self.endpoint.value, str(self.http_status), "true" if streamed else "false"
+        ).observe(elapsed)
+        for stage, ms in self.clock.timings.items():
+            histogram = _STAGE_HISTOGRAMS.get(stage)
+            if histogram is not None:
+                histogram.observe(ms / 1000)
+        if streamed and self.node is not None and self.first_token_at is not None:
+            model = self.node.model
+            _TIME_TO_FIRST_TOKEN(model).observe(self.first_token_at - self._t0)
+            if self.outcome is UsageStatus.OK:
+                _STREAM_DURATION(model).observe(elapsed)
 
     async def _route(self, runtime: GatewayRuntime, tried: list[int]) -> NodeSnapshot | None:
         """Decide a node; when the model is saturated, wait for room in the priority queue."""
         request = self.route_request
         model, priority = request.model.name, request.priority
+        if tried:
+            self.clock.mark(Stage.CONNECT)  # the try that failed
         exclude = list(tried)
         deadline = time.monotonic() + settings.DMX_ADMISSION_TIMEOUT_SECONDS
         waited_from = time.monotonic()
@@ -260,6 +286,7 @@ class CompletionCall:
         while True:
             if not must_wait:
                 decision = self.decision = runtime.router.decide(request, exclude=exclude)
+                _ROUTING_DECISION.observe(decision.decision_us / 1_000_000)
                 node = decision.node
                 if node is not None:
                     if runtime.breakers.state(node.id) is BreakerState.HALF_OPEN and not (
@@ -267,9 +294,11 @@ class CompletionCall:
                     ):
                         exclude.append(node.id)  # another request is this node's probe
                         continue
+                    self.clock.mark(Stage.ROUTE)
                     self.waited_ms += (time.monotonic() - waited_from) * 1000
                     self.node = node
                     return node
+                self.clock.mark(Stage.ROUTE)
                 if not decision.saturated:
                     return None
             must_wait = False
@@ -278,10 +307,12 @@ class CompletionCall:
                 woken = remaining > 0 and await runtime.queues.wait(model, priority, remaining)
             except QueueFull:
                 woken = False
+            self.clock.mark(Stage.QUEUE)
             self.waited_ms += (time.monotonic() - waited_from) * 1000
             waited_from = time.monotonic()
             if not woken:
                 self.queue_timeout = True
+                metrics.gateway_refusals.labels("queue_timeout").inc()
                 raise ServiceUnavailableError(
                     f"Model `{model}` is at capacity and no node freed up in time. "
                     "Please retry shortly.",
@@ -313,17 +344,17 @@ class CompletionCall:
         CPU only, in proportion to the body: the caller runs it in the runtime's worker thread
         when the body is large, so that a prompt of megabytes does not hold the event loop."""
         request = self.request = validate_completion(self.endpoint, parse_json(body))
-        self.mark("parse")
+        self.clock.mark(Stage.PARSE)
         self.intent = classify(intent_text(request)).label
-        self.mark("intent")
+        self.clock.mark(Stage.INTENT)
         model, preferred = resolve_model(runtime, key, request.model, self.intent, self.request_id)
         limit = self.context_limit = context_limit(model, runtime.fleet)
         check_context_bound(model, request, limit)
         self.flags = screen_prompt(runtime.content_filter, request)
-        self.mark("screen")
+        self.clock.mark(Stage.SCREEN)
         tokens = self.estimated_tokens = prompt_tokens(model, request)
         check_context(model, request, tokens, limit)
-        self.mark("context")
+        self.clock.mark(Stage.CONTEXT)
         return model, preferred
 
     async def _admit(
@@ -348,7 +379,7 @@ class CompletionCall:
             nonce=nonce,
         )
         self.headers += self.admission.headers()
-        self.mark("limits")
+        self.clock.mark(Stage.LIMITS)
 
     async def _fail(self, runtime: GatewayRuntime | None, error: ApplicationError) -> None:
         self.http_status = error.status
@@ -383,8 +414,7 @@ class CompletionCall:
                 data = await response.read()
         except TimeoutError:
             raise self._timed_out() from None
-        self.mark("upstream")
-        self.first_token_at = time.perf_counter()
+        self.first_token_at = self.clock.mark(Stage.GENERATE)
         data, self.usage, flags, blocked = filter_response(
             data, runtime.content_filter, endpoint=self.endpoint
         )
@@ -435,6 +465,7 @@ class CompletionCall:
                 if data is None:
                     continue
                 if data == sse.DONE:
+                    self.clock.mark(Stage.DECODE)
                     await self._submit_settlement(runtime)
                     held.append(sse.encode(sse.DONE))
                     continue
@@ -444,7 +475,7 @@ class CompletionCall:
                 events += 1
                 edited = editor.edit(data)
                 if editor.first_content and self.first_token_at is None:
-                    self.first_token_at = time.perf_counter()
+                    self.first_token_at = self.clock.mark(Stage.TTFT)
                     self.others_on_node = max(
                         self.others_on_node,
                         runtime.fleet.others_on(self.node, since=self.sent_at),
@@ -457,9 +488,9 @@ class CompletionCall:
             if held and (self.response_started or events > 1 or self.settled):
                 await self._send_body(b"".join(held), more=True)
                 held = []
-        self.mark("upstream")
         if not self.settled:
             # The node closed the stream without [DONE]: it failed mid-generation.
+            metrics.gateway_upstream_errors.labels("stream").inc()
             raise UpstreamError(
                 "The model server ended the stream early.", code=GatewayErrorCode.UPSTREAM_ERROR
             )
@@ -470,6 +501,8 @@ class CompletionCall:
         its status. After: the event in OpenAI's shape. A refusal of the request (4xx) is the
         client's, and no failure of the node's: only the others count against its breaker."""
         failed = isinstance(error, UpstreamError)
+        if failed:
+            metrics.gateway_upstream_errors.labels("stream").inc()
         if not self.response_started:
             if failed:
                 await runtime.observe(self.node, failed=True)
@@ -496,7 +529,7 @@ class CompletionCall:
     async def _end_blocked(self, runtime: GatewayRuntime, out: list[bytes]) -> None:
         """The output hit a blocked term: finish the stream here, bill what was generated."""
         self.outcome = UsageStatus.CONTENT_FILTERED
-        self.mark("upstream")
+        self.clock.mark(Stage.DECODE)
         await self._settle(runtime)
         if self.request.include_usage and self.editor.usage:
             out.append(sse.encode(self.editor.usage_chunk()))
@@ -537,7 +570,9 @@ class CompletionCall:
             estimated_prompt_tokens=self.estimated_tokens,
             context_limit=self.context_limit,
             content_flags=sorted({*self.flags, *(self.editor.flags() if self.editor else ())}),
-            timings=self.timings,
+            timings=self.clock.timings,
+            client_request_id=self.client_request_id,
+            trace_id=self.trace.trace_id,
         )
 
     def _decision_event(self, runtime: GatewayRuntime) -> DecisionEvent | None:
@@ -576,6 +611,8 @@ class CompletionCall:
         if self.settled or self.key is None or runtime is None:
             return
         self.settled = True
+        if Stage.DECODE in self.clock.timings or Stage.GENERATE in self.clock.timings:
+            self.clock.mark(Stage.SETTLE)
         usage = (self.editor.usage if self.editor else None) or self.usage or {}
         prompt = int(usage.get("prompt_tokens") or 0)
         completion = int(usage.get("completion_tokens") or 0)
@@ -597,8 +634,9 @@ class CompletionCall:
         with contextlib.suppress(Exception):  # what failed, _confirm_settlement sees
             await asyncio.shield(submitted)
         if prompt or completion:
-            metrics.gateway_tokens.labels(event.model, "prompt").inc(prompt)
-            metrics.gateway_tokens.labels(event.model, "completion").inc(completion)
+            tier = _TIER_LABELS.get(self.key.priority, "standard")
+            _TOKENS(event.model, "prompt", tier).inc(prompt)
+            _TOKENS(event.model, "completion", tier).inc(completion)
 
     async def _confirm_settlement(self, runtime: GatewayRuntime | None) -> None:
         """Wait for the settle call and Redis's answer to it, if one is on its way."""
@@ -613,6 +651,18 @@ class CompletionCall:
             _keep(runtime, self.request_id, events)
             if not isinstance(exc, Exception):
                 raise  # cancelled: the record is kept, the cancellation goes on
+
+
+# Children bound once (metrics.Bound): label lookups are what the request path can do without.
+_STAGE_HISTOGRAMS = {
+    stage.value: metrics.gateway_stage_seconds.labels(stage.value) for stage in GATEWAY_STAGES
+}
+_TIER_LABELS = {tier.value: tier.name.lower() for tier in PriorityTier}
+_ROUTING_DECISION = metrics.routing_decision_seconds
+_REQUEST_DURATION = metrics.Bound(metrics.gateway_request_duration)
+_TIME_TO_FIRST_TOKEN = metrics.Bound(metrics.gateway_time_to_first_token)
+_STREAM_DURATION = metrics.Bound(metrics.gateway_stream_duration)
+_TOKENS = metrics.Bound(metrics.gateway_tokens)
 
 
 def _keep(runtime: GatewayRuntime, request_id: str, events: list[tuple[str, bytes]]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import gc
 import logging
 import os
@@ -28,7 +29,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from redis.exceptions import RedisError, ResponseError
 
-from apps.gateway import intent
+from apps.gateway import intent, tracing
 from apps.gateway.clients import trusted_networks
 from apps.gateway.content_filter import ContentFilter
 from apps.gateway.errors import GatewayErrorCode
@@ -53,14 +54,13 @@ from apps.routing.breaker import (
 )
 from apps.routing.decisions import DecisionSampler
 from apps.routing.fleet import FleetView
-from apps.routing.metrics import export_fleet
 from apps.routing.queueing import AdmissionQueues
 from apps.routing.router import Router
 from apps.routing.selectors import routing_table_load
 from apps.routing.services import ROUTING_TABLE_VERSION_KEY
 from apps.routing.stats import GatewayStats
 from apps.routing.table import RoutingTable
-from dmxplatform import streams
+from dmxplatform import metrics, streams
 from dmxplatform.errors import RateLimitError, ServiceUnavailableError
 from dmxplatform.memory import release_memory
 from dmxplatform.redis_client import async_redis, resp_client, rkey
@@ -134,9 +134,9 @@ class GatewayRuntime:
         )
         await self._check_persistence()
         await sync_to_async(intent.load, thread_sensitive=False)()
+        tracing.prepare()  # OpenTelemetry's imports now, not in the first request's way
         sys.setswitchinterval(GIL_SWITCH_INTERVAL)
         await self.refresh()
-        export_fleet(self.fleet)
         # Everything loaded so far (Django, the intent weights' owners, the filter's automaton,
         # the caches) lives as long as the process: move it out of the collector's generations,
         # so that each full collection walks only what requests allocate.
@@ -210,6 +210,8 @@ class GatewayRuntime:
             self.catalog = await database_sync_to_async(catalog_load)(
                 version=catalog_version, previous=self.catalog
             )
+            for model in self.catalog.models:  # a queue of 0 from the start, not no series
+                metrics.gateway_queue_depth.labels(model)
         filter_version = int(filter_version or 0)
         if filter_version != self.content_filter_version:
             self.content_filter = await database_sync_to_async(content_filter_load)(
@@ -226,6 +228,7 @@ class GatewayRuntime:
         requests wait for it (more get 503) and at most DMX_LARGE_BODY_PER_KEY of them are
         one key's (more get 429), so that one client's megabytes cannot hold back everyone's."""
         if self._large_owners[owner] >= settings.DMX_LARGE_BODY_PER_KEY:
+            metrics.gateway_refusals.labels("large_body").inc()
             raise RateLimitError(
                 f"Too many large requests of this key at once (at most "
                 f"{settings.DMX_LARGE_BODY_PER_KEY}). Please retry when one has finished.",
@@ -233,6 +236,7 @@ class GatewayRuntime:
                 headers={"Retry-After": str(settings.DMX_RETRY_AFTER_SECONDS)},
             )
         if self._large_owners.total() >= settings.DMX_LARGE_BODY_QUEUE:
+            metrics.gateway_refusals.labels("large_body").inc()
             raise ServiceUnavailableError(
                 "The gateway is busy with large requests. Please retry shortly.",
                 code=GatewayErrorCode.NO_CAPACITY,
@@ -247,7 +251,8 @@ class GatewayRuntime:
 
         loop = asyncio.get_running_loop()
         self._large_owners[owner] += 1
-        submitted = self._large.submit(run)
+        # In the request's context: its log lines there carry its id too (dmxplatform.logs).
+        submitted = self._large.submit(contextvars.copy_context().run, run)
         # Counted until the thread is done with it (or drops it unstarted), also when the caller
         # stopped waiting: the work goes on, and so does what it holds of the thread.
         submitted.add_done_callback(lambda _: loop.call_soon_threadsafe(self._large_done, owner))

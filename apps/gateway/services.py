@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import QuerySet
 from django.db.models.functions import Lower
@@ -15,12 +16,14 @@ from django.utils import timezone
 from apps.gateway.choices import SensitiveTermAction
 from apps.gateway.content_filter import DEFAULT_CATEGORY
 from apps.gateway.models import SensitiveTerm
+from apps.gateway.terms_csv import RowError, TermRow, read_terms
 from apps.hardware.models import NodeToken
 from apps.hardware.services import node_token_create
 from apps.keys.models import ApiKey, Tenant
 from apps.keys.services import api_key_create, tenant_create
 from apps.models.models import LlmModel, ModelVersion
 from apps.models.services import llm_model_create, model_version_create
+from dmxplatform.audit.entries import audit_created, audited_update
 from dmxplatform.redis_client import rkey, sync_redis
 
 DEMO_TENANT = "demo"
@@ -118,34 +121,78 @@ def sensitive_term_bulk_delete(*, queryset: QuerySet[SensitiveTerm]) -> int:
 
 
 def sensitive_term_bulk_set_active(*, queryset: QuerySet[SensitiveTerm], is_active: bool) -> int:
-    changed = queryset.update(is_active=is_active, updated_at=timezone.now())
+    changed = audited_update(queryset, is_active=is_active, updated_at=timezone.now())
     content_filter_invalidate()
     return changed
+
+
+def sensitive_term_validate(*, term: SensitiveTerm) -> None:
+    """Raise ValidationError if `term` cannot be stored, uniqueness aside: an import settles
+    that for all its rows with one query rather than one per row."""
+    term.full_clean(validate_unique=False, validate_constraints=False)
 
 
 @transaction.atomic
 def sensitive_term_import(
     *,
-    terms: Iterable[str],
+    terms: Iterable[str | TermRow],
     category: str = DEFAULT_CATEGORY,
     action: SensitiveTermAction = SensitiveTermAction.BLOCK,
+    validated: bool = False,
 ) -> list[SensitiveTerm]:
-    """Create the terms not stored yet (compared ignoring case) in one insert; return them."""
+    """Create the terms not stored yet (compared ignoring case) in one insert; return them.
+    A plain string takes `category` and `action`, a TermRow its own; `validated` rows were
+    checked by the caller (sensitive_term_validate) and are not checked again."""
     wanted: dict[str, SensitiveTerm] = {}
-    for text in terms:
-        text = text.strip()
+    for item in terms:
+        row = TermRow(item, category, action) if isinstance(item, str) else item
+        text = row.term.strip()
         if text and text.lower() not in wanted:
-            wanted[text.lower()] = SensitiveTerm(term=text, category=category, action=action)
+            wanted[text.lower()] = SensitiveTerm(
+                term=text, category=row.category, action=row.action
+            )
     existing = set(
         SensitiveTerm.objects.annotate(lowered=Lower("term"))
         .filter(lowered__in=list(wanted))
         .values_list("lowered", flat=True)
     )
     new = [row for lowered, row in wanted.items() if lowered not in existing]
-    for row in new:
-        # Uniqueness was settled above with one query rather than one per row.
-        row.full_clean(validate_unique=False, validate_constraints=False)
+    if not validated:
+        for row in new:
+            sensitive_term_validate(term=row)
     created = SensitiveTerm.objects.bulk_create(new)
+    audit_created(created)  # bulk_create sends no signals
     if created:
         content_filter_invalidate()
     return created
+
+
+@dataclass(frozen=True)
+class TermsImported:
+    created: list[SensitiveTerm]
+    already_stored: int  # rows whose term exists (ignoring case), left as they are
+    errors: list[RowError]  # rows not imported, and why
+
+
+def sensitive_terms_import_csv(*, data: bytes) -> TermsImported:
+    """Import a CSV file of terms (apps.gateway.terms_csv): the good rows are created, those
+    stored already kept as they are, and each bad row is reported with its line, not raised."""
+    rows, errors = read_terms(data)
+    good: list[TermRow] = []
+    for line, row in rows:
+        candidate = SensitiveTerm(term=row.term, category=row.category, action=row.action)
+        try:
+            sensitive_term_validate(term=candidate)
+        except ValidationError as error:
+            problems = (f"{name}: {' '.join(texts)}" for name, texts in error.message_dict.items())
+            errors.append(RowError(line, "; ".join(problems)))
+        else:
+            good.append(row)
+    # Each row was checked above, with its line for the report.
+    created = sensitive_term_import(terms=good, validated=True)
+    distinct = len({row.term.lower() for row in good})
+    return TermsImported(
+        created=created,
+        already_stored=distinct - len(created),
+        errors=sorted(errors, key=lambda error: error.line),
+    )

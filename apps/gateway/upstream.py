@@ -8,11 +8,14 @@ from typing import TYPE_CHECKING
 
 import orjson
 from django.conf import settings
+from prometheus_client import Gauge
 
 from apps.gateway.errors import GatewayErrorCode
 from apps.gateway.schemas import CompletionRequest
+from apps.gateway.tracing import Trace
 from apps.gateway.upstream_http import UpstreamConnectionError, UpstreamResponse, UpstreamTimeout
 from apps.hardware.fleet import NodeSnapshot
+from dmxplatform import metrics
 from dmxplatform.errors import (
     ApplicationError,
     InvalidRequestError,
@@ -91,21 +94,28 @@ async def connect(
     *,
     priority: int,
     time_left: Callable[[], float],
+    request_id: str,
+    trace: Trace,
 ) -> AsyncIterator[tuple[NodeSnapshot, UpstreamResponse]]:
     """Yield the first node that answers below 500 and its response; retry once on failure.
 
     `route(tried)` picks a node other than those tried. A node that fails counts against its
     circuit breaker. On exit the connection goes back to the pool when the body was read to
     the end, and is closed otherwise, which makes vLLM abort the generation.
+
+    Each call carries the request id (vLLM takes it for its own, so its logs and spans name
+    the request as ours do) and, traced, the call's span context (`traceparent`).
     """
     tried: list[int] = []
     failure: ApplicationError | None = None
+    request_id_header = b"X-Request-Id: %s\r\n" % request_id.encode()
     for _ in range(MAX_ATTEMPTS):
         node = await route(tried)
         if node is None:
             break
         tried.append(node.id)
-        runtime.fleet.inflight[node.id] += 1
+        inflight = _hold(runtime, node)
+        call = trace.upstream_call(node, request.endpoint.path)
         try:
             response = await runtime.http.post(
                 node.url + request.endpoint.path,
@@ -113,12 +123,16 @@ async def connect(
                 # Unstreamed, vLLM answers once the whole completion is generated: the wait is
                 # the request's, not a sign of a dead node.
                 first_byte=None if request.stream else max(time_left(), 0.001),
+                headers=request_id_header + call.traceparent,
             )
         except UpstreamTimeout:
-            runtime.fleet.inflight[node.id] -= 1
+            _release(runtime, node, inflight)
+            call.end(error="timeout")
             raise
         except _UPSTREAM_FAILURES as exc:
-            runtime.fleet.inflight[node.id] -= 1
+            _release(runtime, node, inflight)
+            call.end(error=exc.__class__.__name__)
+            metrics.gateway_upstream_errors.labels("connect").inc()
             await runtime.observe(node, failed=True)
             failure = UpstreamError(
                 f"Node {node.name} could not be reached: {exc.__class__.__name__}.",
@@ -128,14 +142,36 @@ async def connect(
         if response.status >= 500:
             failure = upstream_error(response.status, await response.read())
             response.release()
-            runtime.fleet.inflight[node.id] -= 1
+            _release(runtime, node, inflight)
+            call.end(status=response.status)
+            metrics.gateway_upstream_errors.labels(str(response.status)).inc()
             await runtime.observe(node, failed=True)
             continue
         try:
             yield node, response
         finally:
             response.release()
-            runtime.fleet.inflight[node.id] -= 1
+            _release(runtime, node, inflight)
             runtime.queues.wake(node.model)
+            call.end(status=response.status)
         return
-    raise failure or no_capacity(request.model)
+    if failure is None:
+        metrics.gateway_refusals.labels("no_capacity").inc()
+        raise no_capacity(request.model)
+    raise failure
+
+
+_INFLIGHT = metrics.Bound(metrics.gateway_node_inflight)
+
+
+def _hold(runtime: GatewayRuntime, node: NodeSnapshot) -> Gauge:
+    """Count a request in flight on the node: for routing (this process) and for /metrics."""
+    runtime.fleet.inflight[node.id] += 1
+    gauge = _INFLIGHT(node.name)
+    gauge.inc()
+    return gauge
+
+
+def _release(runtime: GatewayRuntime, node: NodeSnapshot, gauge: Gauge) -> None:
+    runtime.fleet.inflight[node.id] -= 1
+    gauge.dec()

@@ -253,16 +253,17 @@ class HttpPool:
         return head
 
     async def post(
-        self, url: str, body: bytes, *, first_byte: float | None = None
+        self, url: str, body: bytes, *, first_byte: float | None = None, headers: bytes = b""
     ) -> UpstreamResponse:
         """POST JSON and wait for the response's status line and headers; within `first_byte`
         seconds when given (a non-streamed request, answered whole), else within the read
-        timeout."""
+        timeout. `headers`: the request's own header lines, each ending in CRLF."""
         parts = urlsplit(url)
         origin = (parts.hostname, parts.port or 80)
-        request = b"POST %s HTTP/1.1\r\n%sContent-Length: %d\r\n\r\n%s" % (
+        request = b"POST %s HTTP/1.1\r\n%s%sContent-Length: %d\r\n\r\n%s" % (
             parts.path.encode(),
             self._head(origin),
+            headers,
             len(body),
             body,
         )

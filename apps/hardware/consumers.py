@@ -39,7 +39,7 @@ from dmxplatform.responses import (
     send_json,
     send_method_not_allowed,
 )
-from inference.wire import Heartbeat, WireError
+from inference.wire import Heartbeat, HeartbeatAccepted, WireError
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +77,11 @@ class NodeHeartbeatEndpoint:
             )
         else:
             metrics.node_heartbeats.labels("200").inc()
-            body = dumps({"node_id": snapshot.id, "status": snapshot.status})
+            # The drain travels back on the answer: the worker learns it within a heartbeat.
+            accepted = HeartbeatAccepted(
+                node_id=snapshot.id, status=snapshot.status, drained=snapshot.drained
+            )
+            body = dumps(accepted.to_dict())
             await send_json(send, 200, body, [])
 
     @staticmethod

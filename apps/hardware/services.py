@@ -20,6 +20,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from apps.hardware.broadcast import node_update_broadcast
 from apps.hardware.choices import NodeStatus
 from apps.hardware.errors import HardwareErrorCode
 from apps.hardware.fleet import (
@@ -251,6 +252,7 @@ async def node_heartbeat_record(
     if heartbeat.resources:
         pipe.hset(fleet_resources_key(), str(node_id), orjson.dumps(heartbeat.resources))
     await pipe.execute()
+    node_update_broadcast(snapshot)  # to the fleet dashboard, without waiting
     return snapshot
 
 

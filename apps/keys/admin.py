@@ -22,7 +22,7 @@ from apps.keys.services import (
     tenant_approve,
     tenant_keys_publish,
 )
-from dmxplatform.admin import OperatorActions
+from dmxplatform.admin import OperatorActions, request_trace_link
 
 LIMIT_FIELDS = ["requests_per_minute", "tokens_per_minute", "max_concurrent_requests"]
 
@@ -201,6 +201,11 @@ class UsageRecordAdmin(ReadOnlyAdmin):
     search_fields = ["request_id"]
     date_hierarchy = "created_at"
     list_select_related = ["tenant", "api_key"]
+    readonly_fields = ["trace"]
+
+    @admin.display(description="Trace")
+    def trace(self, record: UsageRecord) -> str:
+        return request_trace_link(record.request_id)
 
 
 @admin.register(UsageDaily)

@@ -44,6 +44,10 @@ class UsageEvent(JsonRecord):
     context_limit: int | None = None
     content_flags: list[str] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    # The client's own id for the request (X-Client-Request-Id), and the OpenTelemetry trace
+    # the request's spans belong to (when tracing is on).
+    client_request_id: str = ""
+    trace_id: str = ""
 
 
 def stream_key() -> str:

@@ -272,6 +272,12 @@ class UsageRecord(models.Model):
     )
     content_flags = models.JSONField(default=list, blank=True)
     timings = models.JSONField(default=dict, blank=True, help_text="Gateway stage timings, ms.")
+    client_request_id = models.CharField(
+        max_length=128, blank=True, help_text="The client's own id for it (X-Client-Request-Id)."
+    )
+    trace_id = models.CharField(
+        max_length=32, blank=True, help_text="Its OpenTelemetry trace, when tracing is on."
+    )
 
     class Meta:
         ordering = ["-created_at"]
@@ -279,6 +285,12 @@ class UsageRecord(models.Model):
             # Per-key usage pages and retention both scan by key and time.
             models.Index(fields=["api_key", "created_at"], name="usage_key_time_idx"),
             models.Index(fields=["created_at"], name="usage_time_idx"),
+            # The trace search finds a request by the client's id; most requests send none.
+            models.Index(
+                fields=["client_request_id"],
+                condition=~models.Q(client_request_id=""),
+                name="usage_client_request_idx",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -34,6 +34,7 @@ class Meter:
     CONCURRENCY = "concurrency"
     QUOTA = "quota"
     NONCE = "nonce"
+    ALL = (REQUESTS, TOKENS, CONCURRENCY, QUOTA, NONCE)
 
 
 @dataclass(frozen=True, slots=True)

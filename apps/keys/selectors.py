@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
-from django.db.models import F, OuterRef, QuerySet, Subquery, Sum
-from django.db.models.functions import Coalesce
+from django.db import connections
+from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models.functions import Coalesce, TruncMinute
 from django.utils import timezone
 
+from apps.keys.choices import UsageStatus
 from apps.keys.keycache import KeyRecord, Limits, Quota
 from apps.keys.models import (
+    KEY_PREFIX,
     ApiKey,
     Invitation,
     ManagementToken,
@@ -22,6 +26,7 @@ from apps.keys.models import (
 )
 from apps.keys.ratelimit import period_bounds
 from dmxplatform import credentials
+from dmxplatform.aggregates import Percentile, percentile
 from dmxplatform.redis_client import rkey, sync_redis
 
 
@@ -156,6 +161,52 @@ def usage_records_of(
     return records.select_related("api_key")
 
 
+def usage_records_search(
+    *,
+    request_id: str = "",
+    client_request_id: str = "",
+    key_prefix: str = "",
+    tenant: str = "",
+    model: str = "",
+    status: str = "",
+    since: datetime | None = None,
+    until: datetime | None = None,
+) -> QuerySet[UsageRecord]:
+    """Every tenant's usage records that match all the criteria given, newest first: the
+    operator console's request search. A key is named by its public prefix, as the portal and
+    the admin show it (`sk-dmx-abcd1234_…`, or only its first characters); a tenant by slug or
+    name."""
+    records = UsageRecord.objects.select_related("api_key", "tenant").order_by("-created_at")
+    if request_id:
+        records = records.filter(request_id=request_id)
+    if client_request_id:
+        records = records.filter(client_request_id=client_request_id)
+    if key_prefix:
+        # Only the id part: a pasted whole secret never reaches a query.
+        key_id = key_prefix.strip().removeprefix(KEY_PREFIX).partition("_")[0].rstrip("…")
+        records = records.filter(api_key__key_id__startswith=key_id)
+    if tenant:
+        records = records.filter(Q(tenant__slug=tenant) | Q(tenant__name__iexact=tenant))
+    if model:
+        records = records.filter(model=model)
+    if status:
+        records = records.filter(status=status)
+    if since is not None:
+        records = records.filter(created_at__gte=since)
+    if until is not None:
+        records = records.filter(created_at__lt=until)
+    return records
+
+
+def usage_record_find(*, request_id: str) -> UsageRecord | None:
+    """One request's usage record, by the id the gateway returned (X-Request-Id)."""
+    return (
+        UsageRecord.objects.select_related("api_key", "tenant")
+        .filter(request_id=request_id)
+        .first()
+    )
+
+
 def usage_daily_of(*, tenant: Tenant, since: date | None = None) -> QuerySet[UsageDaily]:
     days = UsageDaily.objects.filter(tenant=tenant)
     return days.filter(day__gte=since) if since else days
@@ -229,16 +280,25 @@ class QuotaStatus:
         return max(self.limit - self.used, 0)
 
 
-def quota_status(*, tenant: Tenant, now: datetime | None = None) -> list[QuotaStatus]:
-    """Every quota of a tenant's plan and of its live keys, with what is used this period."""
-    moment = now or timezone.now()
-    wanted: list[tuple[str, str, int, str, str, int]] = []
-    if tenant.plan is not None:
-        for quota in tenant.plan.quotas.all():
-            wanted.append(("tenant", "", tenant.id, quota.period, quota.model, quota.tokens))
-    keys = ApiKey.objects.filter(tenant=tenant, revoked_at__isnull=True, token_quota__isnull=False)
-    for key in keys:
-        wanted.append(("key", key.key_id, key.id, key.token_quota_period, "", key.token_quota))
+# What quota_status reads: (scope, key id, owner id, period, model, limit) per quota.
+_Wanted = tuple[str, str, int, str, str, int]
+
+
+def _plan_quotas(tenant: Tenant) -> list[_Wanted]:
+    if tenant.plan is None:
+        return []
+    return [
+        ("tenant", "", tenant.id, quota.period, quota.model, quota.tokens)
+        for quota in tenant.plan.quotas.all()
+    ]
+
+
+def _key_quota(key: ApiKey) -> _Wanted:
+    return ("key", key.key_id, key.id, key.token_quota_period, "", key.token_quota)
+
+
+def _quotas_used(wanted: list[_Wanted], moment: datetime) -> list[QuotaStatus]:
+    """The quotas with what each has used this period (one MGET)."""
     if not wanted:
         return []
     bounds = [period_bounds(period, moment) for _, _, _, period, _, _ in wanted]
@@ -262,3 +322,131 @@ def quota_status(*, tenant: Tenant, now: datetime | None = None) -> list[QuotaSt
             wanted, bounds, used, strict=True
         )
     ]
+
+
+def quota_status(*, tenant: Tenant, now: datetime | None = None) -> list[QuotaStatus]:
+    """Every quota of a tenant's plan and of its live keys, with what is used this period."""
+    keys = ApiKey.objects.filter(tenant=tenant, revoked_at__isnull=True, token_quota__isnull=False)
+    wanted = _plan_quotas(tenant) + [_key_quota(key) for key in keys]
+    return _quotas_used(wanted, now or timezone.now())
+
+
+def quota_status_all(*, now: datetime | None = None) -> list[tuple[str, QuotaStatus]]:
+    """Every tenant's quotas as quota_status gives them, each with its tenant's slug: for
+    /metrics, in three queries and one MGET however many tenants there are."""
+    owners: list[str] = []
+    wanted: list[_Wanted] = []
+    for tenant in Tenant.objects.select_related("plan").prefetch_related("plan__quotas"):
+        for quota in _plan_quotas(tenant):
+            owners.append(tenant.slug)
+            wanted.append(quota)
+    keys = ApiKey.objects.filter(revoked_at__isnull=True, token_quota__isnull=False)
+    for key in keys.select_related("tenant"):
+        owners.append(key.tenant.slug)
+        wanted.append(_key_quota(key))
+    return list(zip(owners, _quotas_used(wanted, now or timezone.now()), strict=True))
+
+
+# The operator console's charts: the last hour of every model's traffic, a point a minute.
+USAGE_MINUTES = 60
+LATENCY_PERCENTILE = 0.95
+# A minute's rates are per second; a minute still running has run this long at least (a rate over
+# its first milliseconds would be a spike of chance).
+RUNNING_MINUTE_MIN_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class ModelMinutes:
+    """One model's figures per minute, aligned with MinuteSeries.minutes: rates are 0 in a
+    minute without requests, the others None (nothing was measured)."""
+
+    requests: list[int]
+    requests_per_second: list[float]
+    tokens_per_second: list[float]  # completion tokens
+    error_rate: list[float | None]  # 0..1
+    ttft_p95_ms: list[float | None]
+    e2e_p95_ms: list[float | None]
+
+
+@dataclass(frozen=True)
+class MinuteSeries:
+    minutes: list[datetime]  # the start of each minute, oldest first, the running one last
+    models: dict[str, ModelMinutes]  # the models with requests in the window, by name
+
+
+def usage_minute_series(
+    *, now: datetime | None = None, minutes: int = USAGE_MINUTES
+) -> MinuteSeries:
+    """Every model's requests over the last `minutes` minutes, per minute, in one query: requests
+    and completion tokens per second, the error rate (what did not end ok, as the daily rollups
+    count errors) and the P95 time to first token and end-to-end latency of the requests that
+    did. The running minute's rates are over the seconds it has run, so that the last point
+    does not read as a drop in traffic."""
+    moment = now or timezone.now()
+    axis = [
+        moment.replace(second=0, microsecond=0) - timedelta(minutes=back)
+        for back in range(minutes - 1, -1, -1)
+    ]
+    index = {minute: i for i, minute in enumerate(axis)}
+    seconds = [60.0] * minutes
+    seconds[-1] = max((moment - axis[-1]).total_seconds(), RUNNING_MINUTE_MIN_SECONDS)
+    ok = Q(status=UsageStatus.OK)
+    records = UsageRecord.objects.filter(created_at__gte=axis[0], created_at__lte=moment)
+    figures = {
+        "requests": Count("id"),
+        "errors": Count("id", filter=~ok),
+        "tokens": Coalesce(Sum("completion_tokens"), 0),
+    }
+    postgresql = connections[records.db].vendor == "postgresql"
+    if postgresql:
+        figures["ttft_p95"] = Percentile(
+            "time_to_first_token_ms", fraction=LATENCY_PERCENTILE, filter=ok
+        )
+        figures["e2e_p95"] = Percentile("duration_ms", fraction=LATENCY_PERCENTILE, filter=ok)
+    rows = list(
+        records.annotate(minute=TruncMinute("created_at"))
+        .values("model", "minute")
+        .annotate(**figures)
+        .order_by()
+    )
+    if not postgresql:
+        _percentiles_in_python(records.filter(ok), rows)
+    models: dict[str, ModelMinutes] = {}
+    for row in rows:
+        series = models.get(row["model"])
+        if series is None:
+            series = models[row["model"]] = ModelMinutes(
+                requests=[0] * minutes,
+                requests_per_second=[0.0] * minutes,
+                tokens_per_second=[0.0] * minutes,
+                error_rate=[None] * minutes,
+                ttft_p95_ms=[None] * minutes,
+                e2e_p95_ms=[None] * minutes,
+            )
+        i = index[row["minute"]]
+        series.requests[i] = row["requests"]
+        series.requests_per_second[i] = row["requests"] / seconds[i]
+        series.tokens_per_second[i] = row["tokens"] / seconds[i]
+        series.error_rate[i] = row["errors"] / row["requests"]
+        series.ttft_p95_ms[i] = row["ttft_p95"]
+        series.e2e_p95_ms[i] = row["e2e_p95"]
+    return MinuteSeries(minutes=axis, models=dict(sorted(models.items())))
+
+
+def _percentiles_in_python(ok: QuerySet[UsageRecord], rows: list[dict]) -> None:
+    """Add the P95s to `rows` where the database has no percentile_cont (SQLite, on a laptop
+    without PostgreSQL: its hour of requests fits in memory)."""
+    samples: defaultdict[tuple[str, datetime], tuple[list[float], list[float]]] = defaultdict(
+        lambda: ([], [])
+    )
+    for model, minute, ttft, duration in ok.annotate(minute=TruncMinute("created_at")).values_list(
+        "model", "minute", "time_to_first_token_ms", "duration_ms"
+    ):
+        ttfts, durations = samples[model, minute]
+        if ttft is not None:
+            ttfts.append(ttft)
+        durations.append(duration)
+    for row in rows:
+        ttfts, durations = samples.get((row["model"], row["minute"]), ([], []))
+        row["ttft_p95"] = percentile(ttfts, fraction=LATENCY_PERCENTILE)
+        row["e2e_p95"] = percentile(durations, fraction=LATENCY_PERCENTILE)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 
+import orjson
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.mail import send_mail
@@ -448,6 +450,8 @@ def _usage_row(event: ledger.UsageEvent) -> UsageRecord:
         context_limit=event.context_limit,
         content_flags=event.content_flags,
         timings=event.timings,
+        client_request_id=event.client_request_id,
+        trace_id=event.trace_id,
     )
 
 
@@ -545,7 +549,7 @@ def usage_replay(lines: Iterable[str]) -> tuple[int, int]:
     The flush stores each request once, so replaying an event that did arrive is harmless."""
     events, unreadable = [], 0
     for line in lines:
-        _, mark, raw = line.partition(ledger.UNRECORDED + " ")
+        _, mark, raw = _log_message(line).partition(ledger.UNRECORDED + " ")
         if not mark:
             continue  # any other log line
         try:
@@ -557,6 +561,19 @@ def usage_replay(lines: Iterable[str]) -> tuple[int, int]:
         pipe.xadd(ledger.stream_key(), {streams.FIELD: event.encode()})
     pipe.execute()
     return len(events), unreadable
+
+
+def _log_message(line: str) -> str:
+    """The message of a log line: a JSON line's `message` field (DMX_LOG_FORMAT=json), else the
+    line itself (plain text, whose message ends it). The JSON object may come after a prefix a
+    log collector added (journalctl's date and unit, a container runtime's stream name)."""
+    start = line.find("{")
+    if start >= 0:
+        with contextlib.suppress(ValueError, AttributeError, TypeError):
+            message = orjson.loads(line[start:]).get("message")
+            if message is not None:  # a plain line's first brace opens the usage event instead
+                return str(message)
+    return line
 
 
 def usage_flush(*, consumer: str = "flusher", batch_size: int = streams.BATCH) -> int:

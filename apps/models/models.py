@@ -75,6 +75,36 @@ class ModelVersion(models.Model):
         help_text="Share of the model's requests this version takes as a canary, 0-100.",
     )
     canary_started_at = models.DateTimeField(null=True, blank=True)
+    # A canary's ramp and gates, set when it starts (apps.routing.services.canary_start, which
+    # stores a gate not given as its default) and read by each evaluation; a gate empty here
+    # (a canary started before gates existed) is read as its default (CanaryGates.of).
+    canary_steps = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="The ramp: the percentages the canary takes step by step, e.g. [5, 25, 50, 100].",
+    )
+    canary_step = models.PositiveSmallIntegerField(
+        default=0, help_text="The ramp's current step, counted from 0."
+    )
+    canary_step_started_at = models.DateTimeField(null=True, blank=True)
+    canary_min_requests = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Gate: requests a step serves before it is judged.",
+    )
+    canary_error_tolerance = models.FloatField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0), MaxValueValidator(1)],
+        help_text="Gate: how far the canary's error rate may exceed the stable versions', 0-1.",
+    )
+    canary_latency_p95_ms = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text="Gate: the P95 latency bound, ms; empty: the stable versions' P95 plus a tenth.",
+    )
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -91,6 +121,11 @@ class ModelVersion(models.Model):
     @property
     def is_canary(self) -> bool:
         return not self.is_stable and self.canary_percent > 0
+
+    @property
+    def canary_last_step(self) -> bool:
+        """The ramp's current step is its last: passing it promotes the canary."""
+        return self.canary_step + 1 >= len(self.canary_steps)
 
     def __str__(self) -> str:
         return f"{self.model.name}@{self.tag}"

@@ -14,6 +14,8 @@ class RecomputationStatus(models.TextChoices):
 
 
 class CanaryAction(models.TextChoices):
+    START = "start", "Started"
+    STEP = "step", "Advanced a step"
     PROMOTE = "promote", "Promoted"
     ROLLBACK = "rollback", "Rolled back"
 

@@ -15,6 +15,8 @@ from collections import defaultdict
 
 from django.conf import settings
 
+from dmxplatform import metrics
+
 _sequence = itertools.count()
 
 
@@ -41,12 +43,15 @@ class AdmissionQueues:
         future = asyncio.get_running_loop().create_future()
         entry = (-priority, next(_sequence), future)
         heapq.heappush(heap, entry)
+        depth = metrics.gateway_queue_depth.labels(model)
+        depth.inc()
         try:
             await asyncio.wait_for(asyncio.shield(future), max_wait)
             return True
         except TimeoutError:
             return False
         finally:
+            depth.dec()
             if not future.done():
                 future.cancel()
             if entry in heap:

@@ -13,7 +13,7 @@ from apps.hardware.resources import summarize
 from apps.keys.choices import UsageStatus
 from apps.keys.models import UsageRecord
 from apps.models.models import ModelVersion
-from apps.routing.models import RoutingRule
+from apps.routing.models import Canary, RoutingDecision, RoutingRule
 from apps.routing.table import Route, RoutingTable
 
 
@@ -56,6 +56,11 @@ class VersionFigures:
             "error_rate": round(self.error_rate, 4),
             "latency_p95_ms": self.latency_p95_ms,
         }
+
+
+def canaries_running() -> QuerySet[Canary]:
+    """The versions taking canary traffic now."""
+    return Canary.objects.filter(is_stable=False, canary_percent__gt=0).select_related("model")
 
 
 def p95(values: list[float]) -> float | None:
@@ -136,3 +141,9 @@ def route_figures(
     return RouteFigures(
         requests=len(rows), errors=errors, latency_p95_ms=p95(latencies), cost_per_1k_tokens=cost
     )
+
+
+def routing_decision_find(*, request_id: str) -> RoutingDecision | None:
+    """A request's routing decision, or None when the log did not sample it (routes that
+    failed are always kept, see apps.routing.decisions)."""
+    return RoutingDecision.objects.filter(request_id=request_id).first()

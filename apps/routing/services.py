@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from apps.models.models import ModelVersion
+from apps.hardware.fleet import now
+from apps.hardware.models import Node
+from apps.models.models import LlmModel, ModelVersion
 from apps.models.services import catalog_invalidate
-from apps.routing.breaker import breakers_key, probe_key
+from apps.routing.breaker import Breaker, BreakerState, breakers_key, probe_key
 from apps.routing.choices import CanaryAction, RecomputationStatus
 from apps.routing.decisions import DECISION_STREAM, DecisionEvent
 from apps.routing.models import CanaryEvent, RoutingDecision, RoutingRule, WeightRecomputation
@@ -22,6 +30,7 @@ from apps.routing.selectors import (
     version_figures,
 )
 from dmxplatform import streams
+from dmxplatform.audit.entries import audit_changed, audited_update
 from dmxplatform.redis_client import rkey, sync_redis
 
 ROUTING_TABLE_VERSION_KEY = ("routing", "version")
@@ -53,32 +62,198 @@ def routing_rule_delete(*, rule: RoutingRule) -> None:
 def breaker_reset(*, node_id: int) -> None:
     """Close a node's breaker by hand; gateways pick it up at their next refresh."""
     client = sync_redis()
+    raw = client.hget(breakers_key(), str(node_id))
     client.hdel(breakers_key(), str(node_id))
     client.delete(probe_key(node_id))
+    # The breaker is kept in Redis, not in the node's row, so no signal tells the audit log.
+    node = Node.objects.filter(id=node_id).first()
+    if raw is not None and node is not None:
+        breaker = Breaker.parse(raw)
+        state = breaker.current(now(), settings.DMX_BREAKER_COOLDOWN_SECONDS)
+        audit_changed(
+            node,
+            {"breaker": (state, BreakerState.CLOSED), "breaker_failures": (breaker.failures, 0)},
+        )
 
 
 # Canaries --------------------------------------------------------------------------------------
 
+# Percentages are stored with two decimals (ModelVersion.canary_percent).
+PERCENT = Decimal("0.01")
+# A ramp longer than this is not a plan an operator follows step by step.
+MAX_CANARY_STEPS = 20
+
+
+@dataclass(frozen=True, slots=True)
+class CanaryGates:
+    """What each step of a canary's ramp must show to advance: at least `min_requests`
+    served, an error rate at most `error_tolerance` above the stable versions', and a P95
+    latency within `latency_p95_ms` (None once filled: the stable versions' P95 plus a tenth).
+
+    A gate given as None is its default, which `filled` puts in: the one place defaults are.
+    """
+
+    min_requests: int | None = None
+    error_tolerance: float | None = None
+    latency_p95_ms: int | None = None
+
+    def filled(self, model: LlmModel) -> CanaryGates:
+        """These gates, each one not given taken from DMX_CANARY_MIN_REQUESTS,
+        DMX_CANARY_ERROR_TOLERANCE or the model's latency SLA."""
+        return CanaryGates(
+            min_requests=(
+                settings.DMX_CANARY_MIN_REQUESTS if self.min_requests is None else self.min_requests
+            ),
+            error_tolerance=(
+                settings.DMX_CANARY_ERROR_TOLERANCE
+                if self.error_tolerance is None
+                else self.error_tolerance
+            ),
+            latency_p95_ms=(
+                model.sla_latency_p95_ms if self.latency_p95_ms is None else self.latency_p95_ms
+            ),
+        )
+
+    @classmethod
+    def of(cls, version: ModelVersion) -> CanaryGates:
+        """The gates a canary runs under: those it started with (canary_start stores them
+        filled), the defaults for a canary started before there were gates."""
+        stored = cls(
+            min_requests=version.canary_min_requests,
+            error_tolerance=version.canary_error_tolerance,
+            latency_p95_ms=version.canary_latency_p95_ms,
+        )
+        return stored.filled(version.model)
+
+    def as_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+def _ramp(percent: Decimal | float, steps: Sequence[Decimal | float]) -> list[Decimal]:
+    first, *rest = (Decimal(str(p)) for p in (percent, *steps))
+
+    def share(p: Decimal) -> bool:
+        return p.is_finite() and 0 < p <= 100
+
+    if not share(first):
+        raise ValidationError({"percent": "A canary takes more than 0% and at most 100%."})
+    if len(rest) >= MAX_CANARY_STEPS:
+        raise ValidationError({"steps": f"At most {MAX_CANARY_STEPS - 1} steps after the first."})
+    ramp = [p.quantize(PERCENT) for p in (first, *rest) if share(p)]
+    if len(ramp) != 1 + len(rest) or any(b <= a for a, b in itertools.pairwise(ramp)):
+        raise ValidationError(
+            {"steps": "Each step takes more than the one before it, up to 100%, e.g. 25, 50, 100."}
+        )
+    return ramp
+
+
+def _version_locked(version_id: int) -> ModelVersion:
+    """The version as it is now, its row locked until the transaction ends: a canary's
+    start, evaluation, promotion and rollback each judge it on this, one at a time."""
+    return (
+        ModelVersion.objects.select_for_update(of=("self",))
+        .select_related("model")
+        .get(id=version_id)
+    )
+
+
+def _canary_locked(version_id: int) -> ModelVersion:
+    """The version locked (_version_locked), refused unless it is still a canary: another
+    operator or an evaluation may have promoted or rolled it back since the caller read it."""
+    locked = _version_locked(version_id)
+    if not locked.is_canary:
+        raise ValidationError({"version": f"{locked} is no longer a canary."})
+    return locked
+
 
 @transaction.atomic
-def canary_start(*, version: ModelVersion, percent: float) -> ModelVersion:
-    """Send `percent` of the model's traffic to a version that is not stable."""
+def canary_start(
+    *,
+    version: ModelVersion,
+    percent: Decimal | float,
+    steps: Sequence[Decimal | float] = (),
+    gates: CanaryGates | None = None,
+    operator=None,
+) -> ModelVersion:
+    """Send `percent` of the model's traffic to a version, then each of `steps` in turn as the
+    previous one passes its gates (canary_evaluate); a gate not given is its default
+    (CanaryGates.filled), stored with the others so that the canary keeps the gates it
+    started with.
+    """
+    ramp = _ramp(percent, steps)
+    version = _version_locked(version.id)
+    if version.is_canary:
+        raise ValidationError({"version": f"{version} is a canary already."})
+    others = ModelVersion.objects.filter(model=version.model, is_stable=True, is_active=True)
+    if not others.exclude(id=version.id).exists():
+        raise ValidationError(
+            {"version": f"{version.model} has no other stable version to take the rest."}
+        )
+    gates = (gates or CanaryGates()).filled(version.model)
+    moment = timezone.now()
     version.is_stable = False
-    version.canary_percent = percent
-    version.canary_started_at = timezone.now()
+    version.canary_percent = ramp[0]
+    version.canary_steps = [float(p) for p in ramp]
+    version.canary_step = 0
+    version.canary_started_at = version.canary_step_started_at = moment
+    version.canary_min_requests = gates.min_requests
+    version.canary_error_tolerance = gates.error_tolerance
+    version.canary_latency_p95_ms = gates.latency_p95_ms
     version.full_clean()
-    version.save(update_fields=["is_stable", "canary_percent", "canary_started_at"])
+    version.save(
+        update_fields=[
+            "is_stable",
+            "canary_percent",
+            "canary_steps",
+            "canary_step",
+            "canary_started_at",
+            "canary_step_started_at",
+            "canary_min_requests",
+            "canary_error_tolerance",
+            "canary_latency_p95_ms",
+        ]
+    )
     catalog_invalidate()
+    CanaryEvent.objects.create(
+        version=version,
+        action=CanaryAction.START,
+        automatic=False,
+        figures={"steps": version.canary_steps, "gates": gates.as_dict()},
+        operator=operator,
+    )
     return version
 
 
+def _canary_figures(version: ModelVersion) -> dict:
+    """What an operator's promotion or rollback is recorded with: the canary's figures since
+    it started."""
+    return version_figures(version=version, since=version.canary_started_at).as_dict()
+
+
 @transaction.atomic
-def canary_promote(
-    *, version: ModelVersion, figures: dict, automatic: bool, operator=None
+def canary_promote(*, version: ModelVersion, operator=None) -> CanaryEvent:
+    """Make a canary the model's only stable version (a 400 if it is no longer a canary)."""
+    version = _canary_locked(version.id)
+    return _canary_promote(version, _canary_figures(version), automatic=False, operator=operator)
+
+
+@transaction.atomic
+def canary_rollback(*, version: ModelVersion, operator=None) -> CanaryEvent:
+    """Take all traffic off a canary; its nodes stay up for an operator to inspect (a 400 if
+    it is no longer a canary)."""
+    version = _canary_locked(version.id)
+    return _canary_rollback(version, _canary_figures(version), automatic=False, operator=operator)
+
+
+# The three below take a version its caller has locked (_canary_locked) in its transaction.
+
+
+def _canary_promote(
+    version: ModelVersion, figures: dict, *, automatic: bool, operator=None
 ) -> CanaryEvent:
-    """Make a canary the model's only stable version."""
-    ModelVersion.objects.filter(model=version.model, is_stable=True).exclude(id=version.id).update(
-        is_stable=False
+    audited_update(
+        ModelVersion.objects.filter(model=version.model, is_stable=True).exclude(id=version.id),
+        is_stable=False,
     )
     version.is_stable = True
     version.canary_percent = 0
@@ -93,11 +268,9 @@ def canary_promote(
     )
 
 
-@transaction.atomic
-def canary_rollback(
-    *, version: ModelVersion, figures: dict, automatic: bool, operator=None
+def _canary_rollback(
+    version: ModelVersion, figures: dict, *, automatic: bool, operator=None
 ) -> CanaryEvent:
-    """Take all traffic off a canary; its nodes stay up for an operator to inspect."""
     version.canary_percent = 0
     version.save(update_fields=["canary_percent"])
     catalog_invalidate()
@@ -107,6 +280,17 @@ def canary_rollback(
         automatic=automatic,
         figures=figures,
         operator=operator,
+    )
+
+
+def _canary_advance(version: ModelVersion, figures: dict) -> CanaryEvent:
+    version.canary_step += 1
+    version.canary_percent = Decimal(str(version.canary_steps[version.canary_step]))
+    version.canary_step_started_at = timezone.now()
+    version.save(update_fields=["canary_step", "canary_percent", "canary_step_started_at"])
+    catalog_invalidate()
+    return CanaryEvent.objects.create(
+        version=version, action=CanaryAction.STEP, automatic=True, figures=figures
     )
 
 
@@ -123,37 +307,50 @@ def _stable_figures(version: ModelVersion, since: datetime) -> VersionFigures:
     )
 
 
+@transaction.atomic
 def canary_evaluate(*, version_id: int) -> CanaryEvent | None:
-    """Promote or roll back a canary once it has served enough requests.
+    """Judge a canary's current step of its ramp once it has served its gate's requests:
+    advance to the next step when it passes its gates, promote after the last step, roll back
+    when a gate fails. Before the step's minimum requests, nothing.
 
-    Promote when its P95 latency is within the model's target (or, without a target, no worse
-    than the stable versions' by more than a tenth) and its error rate no worse than theirs
-    plus DMX_CANARY_ERROR_TOLERANCE; otherwise roll back. Before DMX_CANARY_MIN_REQUESTS,
-    nothing.
+    A step passes when, over its own window, its P95 latency is within the gate's bound (without
+    one, no worse than the stable versions' by more than a tenth) and its error rate is no worse
+    than theirs plus the gate's tolerance.
     """
-    version = ModelVersion.objects.select_related("model").get(id=version_id)
+    # Locked until this evaluation commits: an operator's promotion or rollback (which lock the
+    # row too and re-check it) or a second evaluation waits for it, and then finds what it did;
+    # one that committed first is what this one reads. Everything below judges and writes this
+    # one locked instance.
+    version = _version_locked(version_id)
     if not version.is_canary or version.canary_started_at is None:
         return None
-    canary = version_figures(version=version, since=version.canary_started_at)
-    if canary.requests < settings.DMX_CANARY_MIN_REQUESTS:
+    since = version.canary_step_started_at or version.canary_started_at
+    gates = CanaryGates.of(version)
+    canary = version_figures(version=version, since=since)
+    if canary.requests < gates.min_requests:
         return None
-    stable = _stable_figures(version, version.canary_started_at)
-    target = version.model.sla_latency_p95_ms or (
+    stable = _stable_figures(version, since)
+    target = gates.latency_p95_ms or (
         stable.latency_p95_ms * 1.1 if stable.latency_p95_ms else None
     )
     fast_enough = target is None or (
         canary.latency_p95_ms is not None and canary.latency_p95_ms <= target
     )
-    reliable = canary.error_rate <= stable.error_rate + settings.DMX_CANARY_ERROR_TOLERANCE
+    reliable = canary.error_rate <= stable.error_rate + gates.error_tolerance
     figures = {
         "canary": canary.as_dict(),
         "stable": stable.as_dict(),
+        "step": version.canary_step,
+        "percent": float(version.canary_percent),
         "latency_target_ms": target,
-        "error_tolerance": settings.DMX_CANARY_ERROR_TOLERANCE,
+        "error_tolerance": gates.error_tolerance,
     }
-    if fast_enough and reliable:
-        return canary_promote(version=version, figures=figures, automatic=True)
-    return canary_rollback(version=version, figures=figures, automatic=True)
+    if not (fast_enough and reliable):
+        return _canary_rollback(version, figures, automatic=True)
+    # A canary started before ramps existed has no steps: its one step is its last.
+    if not version.canary_steps or version.canary_last_step:
+        return _canary_promote(version, figures, automatic=True)
+    return _canary_advance(version, figures)
 
 
 # The decision log ------------------------------------------------------------------------------
@@ -271,11 +468,21 @@ def weights_recompute(*, now: datetime | None = None) -> WeightRecomputation:
     return recomputation
 
 
+def _recomputation_undecided(recomputation: WeightRecomputation) -> WeightRecomputation:
+    """`recomputation` as it is now, its row locked until the transaction ends, refused unless
+    still proposed: another operator may have decided it since it was read."""
+    locked = WeightRecomputation.objects.select_for_update().get(id=recomputation.id)
+    if locked.status != RecomputationStatus.PROPOSED:
+        raise ValidationError(f"This recomputation was {locked.status} already.")
+    return locked
+
+
 @transaction.atomic
 def weights_apply(*, recomputation: WeightRecomputation, operator=None) -> WeightRecomputation:
     """Write a recomputation's weights into the routing table."""
+    recomputation = _recomputation_undecided(recomputation)
     for change in recomputation.changes:
-        RoutingRule.objects.filter(id=change["rule"]).update(weight=change["new"])
+        audited_update(RoutingRule.objects.filter(id=change["rule"]), weight=change["new"])
     recomputation.status = RecomputationStatus.APPLIED
     recomputation.decided_at = timezone.now()
     recomputation.decided_by = operator
@@ -284,7 +491,10 @@ def weights_apply(*, recomputation: WeightRecomputation, operator=None) -> Weigh
     return recomputation
 
 
+@transaction.atomic
 def weights_reject(*, recomputation: WeightRecomputation, operator=None) -> WeightRecomputation:
+    """Leave the routing table as it is and record that an operator said so."""
+    recomputation = _recomputation_undecided(recomputation)
     recomputation.status = RecomputationStatus.REJECTED
     recomputation.decided_at = timezone.now()
     recomputation.decided_by = operator

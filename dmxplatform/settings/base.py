@@ -32,12 +32,15 @@ INSTALLED_APPS = [
     "allauth",
     "allauth.account",
     "django_prometheus",
+    "auditlog",
+    "dmxplatform.audit",  # the audit log's admin and records, on auditlog
     "apps.keys",
     "apps.models",
     "apps.hardware",
     "apps.routing",
     "apps.gateway",
     "apps.portal",
+    "apps.console",
 ]
 
 # The /v1 hot path never passes through this stack: dmxplatform.asgi sends it to the gateway's
@@ -53,6 +56,10 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # After authentication: it names request.user as the actor of the changes the request
+    # makes (the management API's tokens authenticate later, in DRF: see apps/keys/api/auth.py).
+    # Sync only: it and what is under it run in the thread hop the sync views take anyway.
+    "dmxplatform.audit.middleware.TrustedProxyAuditlogMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "allauth.account.middleware.AccountMiddleware",

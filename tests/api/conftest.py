@@ -1,5 +1,5 @@
-"""Callers of the management API: owners, members and strangers, each with a management token
-of their own, and the usage the ledger stores for a tenant's keys."""
+"""Callers of the management API: owners, members, strangers, operators and viewers, each with a
+management token of their own, and the usage the ledger stores for a tenant's keys."""
 
 from __future__ import annotations
 
@@ -13,7 +13,13 @@ from rest_framework.test import APIClient
 from apps.keys.choices import MemberRole, TokenScope
 from apps.keys.models import ApiKey, ManagementToken, Membership, Tenant
 from apps.keys.services import management_token_create, usage_flush
-from tests.keys.factories import append_usage, make_member, make_tenant, make_usage_event
+from tests.keys.factories import (
+    append_usage,
+    make_member,
+    make_staff,
+    make_tenant,
+    make_usage_event,
+)
 
 API = "/api/v1"
 
@@ -80,13 +86,22 @@ def stranger(db) -> Caller:
     return as_caller(make_member(make_tenant(), role=MemberRole.OWNER))
 
 
+def as_staff(role: str | None) -> Caller:
+    """A staff user in the console group `role` (operator, viewer), owner of a tenant of
+    their own, calling with a management token that may write."""
+    return as_caller(make_member(make_tenant(), user=make_staff(role), role=MemberRole.OWNER))
+
+
 @pytest.fixture
 def operator(db) -> Caller:
-    """A staff user (an operator), owner of a tenant of their own."""
-    membership = make_member(make_tenant(), role=MemberRole.OWNER)
-    membership.user.is_staff = True
-    membership.user.save(update_fields=["is_staff"])
-    return as_caller(membership)
+    """A staff user in the `operator` group."""
+    return as_staff("operator")
+
+
+@pytest.fixture
+def viewer(db) -> Caller:
+    """A staff user in the `viewer` group: looks at everything, changes nothing."""
+    return as_staff("viewer")
 
 
 def record_usage(key: ApiKey, **fields) -> str:

@@ -20,7 +20,9 @@ from apps.keys.api.auth import Operator
 from apps.keys.choices import MemberRole
 from apps.keys.models import Plan
 from apps.keys.services import member_invite
-from apps.routing.models import RoutingRule
+from apps.routing.choices import RecomputationStatus
+from apps.routing.models import RoutingRule, WeightRecomputation
+from apps.routing.services import canary_start
 from tests.api.conftest import API, Caller, as_caller, error_of, record_usage
 from tests.hardware.factories import make_node_token
 from tests.keys.factories import make_api_key, make_member, make_tenant
@@ -65,6 +67,13 @@ def tenant_a(django_capture_on_commit_callbacks, mailoutbox) -> TenantA:
         last_heartbeat_at=key.created_at,
     )
     rule = RoutingRule.objects.create(alias="alpha", model=version.model)
+    canary = canary_start(version=make_model("alpha-model", version="v2")[1], percent=10)
+    recomputation = WeightRecomputation.objects.create(
+        window_start=key.created_at,
+        window_end=key.created_at,
+        status=RecomputationStatus.PROPOSED,
+        changes=[],
+    )
     return TenantA(
         owner=owner,
         path_ids={
@@ -76,6 +85,8 @@ def tenant_a(django_capture_on_commit_callbacks, mailoutbox) -> TenantA:
             ("plans", "id"): plan.id,
             ("nodes", "id"): node.id,
             ("routing-rules", "id"): rule.id,
+            ("canaries", "id"): canary.id,
+            ("weight-recomputations", "id"): recomputation.id,
         },
         markers=[
             key.key_id,

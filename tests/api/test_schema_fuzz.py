@@ -28,8 +28,10 @@ from apps.hardware.models import Node
 from apps.keys.choices import MemberRole
 from apps.keys.models import Plan
 from apps.keys.services import member_invite
-from apps.routing.models import RoutingRule
-from tests.api.conftest import as_caller, record_usage
+from apps.routing.choices import RecomputationStatus
+from apps.routing.models import RoutingRule, WeightRecomputation
+from apps.routing.services import canary_start
+from tests.api.conftest import as_caller, as_staff, record_usage
 from tests.fuzz import ERROR_FIELDS, fuzz_config
 from tests.hardware.factories import make_node_token
 from tests.keys.factories import make_api_key, make_member, make_tenant
@@ -58,10 +60,8 @@ def in_process() -> Iterator[None]:
 @pytest.fixture
 def world(in_process, mailoutbox) -> dict:
     """The caller's token, and the real ids the path parameters may take, by resource."""
-    membership = make_member(make_tenant(), role=MemberRole.OWNER)
-    membership.user.is_staff = True
-    membership.user.save(update_fields=["is_staff"])
-    caller = as_caller(membership)
+    caller = as_staff("operator")
+    membership = caller.membership
     tenant = membership.tenant
     key, _ = make_api_key(tenant, token_quota=1000)
     record_usage(key)
@@ -97,6 +97,15 @@ def world(in_process, mailoutbox) -> dict:
             ("nodes", "id"): node.id,
             ("routing-rules", "id"): RoutingRule.objects.create(
                 alias="fuzz", model=version.model
+            ).id,
+            ("canaries", "id"): canary_start(
+                version=make_model("fuzz-model", version="v2")[1], percent=10
+            ).id,
+            ("weight-recomputations", "id"): WeightRecomputation.objects.create(
+                window_start=key.created_at,
+                window_end=key.created_at,
+                status=RecomputationStatus.PROPOSED,
+                changes=[],
             ).id,
         },
     }

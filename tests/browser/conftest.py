@@ -7,6 +7,7 @@ test's thread, and Django refuses sync database access next to one."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import uuid
 from collections.abc import Callable, Iterator
@@ -110,4 +111,41 @@ def developer(platform, browser, shoot) -> Iterator[Developer]:
     expect(page).to_have_url(re.compile(r"/keys/$"))
     expect(page.locator("#tenant-name")).to_be_visible()
     yield person
+    context.close()
+
+
+def staff_username(django_db_blocker, role: str) -> str:
+    """A staff user of the console's `role` (viewer, operator): made before a browser opens,
+    since no ORM call may run next to Playwright's loop."""
+    from tests.keys.factories import make_staff
+
+    with django_db_blocker.unblock():
+        return make_staff(role).username
+
+
+def admin_sign_in(page: Page, username: str, path: str) -> None:
+    """Open an admin page as `username`, through the admin's login form it redirects to."""
+    from tests.keys.factories import STAFF_PASSWORD
+
+    page.goto(path)
+    expect(page).to_have_url(re.compile(rf"/admin/login/\?next={re.escape(path)}$"))
+    page.fill("#id_username", username)
+    page.fill("#id_password", STAFF_PASSWORD)
+    page.locator("#login-form").get_by_role("button").click()
+    expect(page).to_have_url(re.compile(rf"{re.escape(path)}$"))
+
+
+@contextlib.contextmanager
+def admin_page(
+    browser: Browser, platform, username: str, path: str, *, viewport: dict = VIEWPORT
+) -> Iterator[Page]:
+    """A browser signed in to the admin as `username` on `path`; no JavaScript error on any
+    page it showed, checked when the caller is done."""
+    context = browser.new_context(viewport=viewport, base_url=platform.url)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    admin_sign_in(page, username, path)
+    yield page
+    assert errors == [], f"JavaScript errors: {errors}"
     context.close()

@@ -54,10 +54,18 @@ def test_chat_completion_is_served_and_its_usage_recorded(client, committed):
     assert record.model == MODEL and record.model_version in ("v1", "v2")
     assert record.node.startswith("test-dmx-tiny-")
     assert record.stream is False
-    assert set(record.timings) >= {"auth", "parse", "context", "upstream_connect", "upstream"}
+    # Every stage the request went through (jsonb keeps no order), adding up to no more than
+    # its duration.
+    assert set(record.timings) == {
+        "auth", "parse", "intent", "screen", "context", "limits", "route", "connect", "generate",
+        "settle",
+    }  # fmt: skip
+    assert record.timings["generate"] > 0
+    assert sum(record.timings.values()) <= record.duration_ms
 
 
 def test_streamed_chat_arrives_chunk_by_chunk_then_usage(client, committed):
+    after_first = ("decode", "settle")
     arrivals = []
     chunks = []
     raw = client.chat.completions.with_raw_response.create(
@@ -95,6 +103,11 @@ def test_streamed_chat_arrives_chunk_by_chunk_then_usage(client, committed):
     )
     assert record.time_to_first_token_ms is not None
     assert 0 < record.time_to_first_token_ms <= record.duration_ms
+    assert {"connect", "ttft", "decode", "settle"} <= set(record.timings)
+    assert "generate" not in record.timings
+    # The stages up to the first token are the time to it.
+    before_first = sum(ms for stage, ms in record.timings.items() if stage not in after_first)
+    assert abs(before_first - record.time_to_first_token_ms) < 1.0
 
 
 def test_stream_without_include_usage_gets_no_usage_chunk_but_is_still_recorded(client, committed):

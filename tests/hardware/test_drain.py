@@ -6,12 +6,18 @@ router's: tests/routing/test_router.py.)"""
 from __future__ import annotations
 
 import dataclasses
+import re
 
+import orjson
 import pytest
 from asgiref.sync import async_to_sync
+from django.contrib import admin
+from redis.exceptions import RedisError
 
+from apps.hardware import admin as hardware_admin
 from apps.hardware.fleet import NodeSnapshot, TokenRecord, fleet_key
 from apps.hardware.models import Node
+from apps.hardware.selectors import fleet_snapshots
 from apps.hardware.services import (
     node_drain,
     node_heartbeat_record,
@@ -22,8 +28,9 @@ from apps.hardware.services import (
     nodes_sync,
 )
 from dmxplatform.redis_client import async_redis, sync_redis
-from inference.wire import EngineLoad, Heartbeat, Registration
+from inference.wire import EngineLoad, Heartbeat, HeartbeatAccepted, Registration
 from tests.hardware.factories import make_node_token
+from tests.hardware.test_node_api import call_heartbeat
 from tests.models.factories import make_model
 
 pytestmark = pytest.mark.django_db
@@ -162,3 +169,65 @@ def test_operators_drain_and_undrain_from_the_admin(token, publish, admin_client
         )
     live = NodeSnapshot.decode(sync_redis().hget(fleet_key(), str(node.id)))
     assert not Node.objects.get(id=node.id).drained and not live.drained
+
+
+def test_the_heartbeat_answer_tells_the_worker_and_the_admin_shows_in_flight(publish, admin_client):
+    with publish():
+        _, plaintext = make_node_token()
+    node = register(node_token_authenticate(plaintext=plaintext), publish)
+    beat = Heartbeat(status="up", engine=EngineLoad(num_requests_running=2, num_requests_waiting=1))
+    status, _, body = call_heartbeat(node.id, orjson.dumps(beat.to_dict()), token=plaintext)
+    assert status == 200 and not HeartbeatAccepted.from_dict(body).drained
+    with publish():
+        node_drain(node=node)
+    status, _, body = call_heartbeat(node.id, orjson.dumps(beat.to_dict()), token=plaintext)
+    assert status == 200 and HeartbeatAccepted.from_dict(body).drained
+    listed = admin_client.get("/admin/hardware/node/").content.decode()
+    assert "3 (2 running, 1 waiting)" in listed  # the heartbeat's, not the row's zeros
+
+
+def test_the_admin_reads_in_flight_only_for_the_list_and_keeps_it_on_the_request(
+    node, admin_client, monkeypatch
+):
+    reads = []
+
+    def counted():
+        reads.append(1)
+        return fleet_snapshots()
+
+    monkeypatch.setattr(hardware_admin, "fleet_snapshots", counted)
+    model_admin = admin.site._registry[Node]
+    before = set(vars(model_admin))
+
+    assert admin_client.get(f"/admin/hardware/node/{node.id}/change/").status_code == 200
+    assert admin_client.get(f"/admin/hardware/node/{node.id}/delete/").status_code in (200, 403)
+    assert reads == []
+    listed = admin_client.get("/admin/hardware/node/")
+    assert listed.status_code == 200 and "0 (0 running, 0 waiting)" in listed.content.decode()
+    assert reads == [1]  # once for the page, not once a row
+    assert set(vars(model_admin)) == before  # nothing of one request's on the shared admin
+
+
+def test_the_admin_list_without_redis_says_so_in_the_in_flight_column(
+    node, admin_client, monkeypatch, caplog
+):
+    def unreachable():
+        raise RedisError("connection refused")
+
+    monkeypatch.setattr(hardware_admin, "fleet_snapshots", unreachable)
+
+    listed = admin_client.get("/admin/hardware/node/")
+
+    assert listed.status_code == 200
+    html = listed.content.decode()
+    assert node.name in html
+    assert re.search(r'<td class="field-in_flight">-</td>', html)
+    assert "node list without live in-flight figures" in caplog.text
+
+
+def test_the_admin_list_with_an_unreadable_entry_shows_the_row(node, admin_client):
+    sync_redis().hset(fleet_key(), str(node.id), b"{cut short")
+
+    listed = admin_client.get("/admin/hardware/node/")
+
+    assert listed.status_code == 200 and "0 (0 running, 0 waiting)" in listed.content.decode()

@@ -179,7 +179,10 @@ def test_heartbeat_lands_in_redis_at_once_and_in_the_database_on_sync(registered
         "resources": {"kind": "cpu", "cpu_count": 4},
     }
     status, _, body = call_heartbeat(registered, orjson.dumps(heartbeat), token=token)
-    assert (status, body) == (200, {"node_id": registered, "status": "draining"})
+    assert (status, body) == (
+        200,
+        {"node_id": registered, "status": "draining", "drained": False},
+    )
     snapshot = live_state(registered)
     assert (snapshot.status, snapshot.num_requests_running, snapshot.num_requests_waiting) == (
         "draining",
@@ -256,5 +259,5 @@ def test_a_node_redis_lost_is_found_in_the_database(token_committed):
     ]
     sync_redis().delete(fleet_key(), node_token_key(token.token_id))
     status, _, body = call_heartbeat(node_id, b'{"status": "up"}', token=plaintext)
-    assert (status, body) == (200, {"node_id": node_id, "status": "up"})
+    assert (status, body) == (200, {"node_id": node_id, "status": "up", "drained": False})
     assert live_state(node_id).name == "unit-node-1"

@@ -33,7 +33,11 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         self.server.seen.append((self.client_address[1], self.path, body))
-        status, reply = (404, b'{"error": "gone"}') if "/404/" in self.path else (200, b"{}")
+        status, reply = (
+            (404, b'{"error": "gone"}')
+            if "/404/" in self.path
+            else (200, b'{"node_id": 7, "status": "up"}')
+        )
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(reply)))

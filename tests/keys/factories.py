@@ -1,8 +1,12 @@
 from __future__ import annotations
 
 import asyncio
+import importlib
 import time
 import uuid
+
+from django.apps import apps as installed_apps
+from django.contrib.auth.models import Group, User
 
 from apps.keys import ledger
 from apps.keys.choices import MemberRole
@@ -11,6 +15,28 @@ from apps.keys.models import ApiKey, Membership, Tenant
 from apps.keys.services import api_key_create, tenant_create
 from dmxplatform import streams
 from dmxplatform.redis_client import resp_client, sync_redis
+
+STAFF_PASSWORD = "pw-long-enough-1"
+_ROLES = importlib.import_module("apps.keys.migrations.0005_operator_and_viewer_groups")
+
+
+def make_staff(role: str | None, **fields) -> User:
+    """A staff user in the console group `role` (viewer, operator), or in none.
+
+    The groups come from a data migration, which a test that flushes the database
+    (transactional_db) takes away from the tests after it: where they are gone, the migration's
+    own code makes them again.
+    """
+    suffix = uuid.uuid4().hex[:6]
+    fields.setdefault("email", f"{role or 'staff'}-{suffix}@example.com")
+    user = User.objects.create_user(
+        f"{role or 'staff'}-{suffix}", password=STAFF_PASSWORD, is_staff=True, **fields
+    )
+    if role:
+        if not Group.objects.filter(name=role).exists():
+            _ROLES._create_roles(installed_apps, None)
+        user.groups.add(Group.objects.get(name=role))
+    return user
 
 
 def make_tenant(**overrides) -> Tenant:

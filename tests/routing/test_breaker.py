@@ -87,6 +87,7 @@ def test_healthy_traffic_writes_nothing():
     assert run_with_redis(scenario) == 0
 
 
+@pytest.mark.django_db  # the reset is written to the audit log (tests/audit)
 def test_an_operator_can_reset_a_breaker(settings):
     settings.DMX_BREAKER_FAILURES = 1
 

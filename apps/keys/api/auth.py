@@ -5,11 +5,16 @@ A caller is a user, authenticated by a management token (`Authorization: Bearer 
 acting in the token's tenant within its scope) or by the portal's session (with CSRF, acting in
 the tenant chosen in the portal). Objects of other tenants are never found (404, never 403:
 their existence is not told); within their own tenant, members read, owners change, and a
-read-only token reads only. Operator endpoints are found only by staff users.
+read-only token reads only. Operator endpoints are found only by staff users, and change things
+only for those whose console role (the `operator` group) may change the model.
 """
 
 from __future__ import annotations
 
+from contextlib import ExitStack
+
+from django.contrib.auth import get_permission_codename
+from django.db.models import Model
 from django.http import Http404
 from rest_framework import permissions
 from rest_framework.authentication import (
@@ -30,6 +35,7 @@ from apps.keys.api.schema import ManagementAutoSchema
 from apps.keys.models import KEY_PREFIX, ManagementToken, Membership
 from apps.keys.selectors import membership_find
 from apps.keys.services import management_token_authenticate
+from dmxplatform.audit.entries import acting
 from dmxplatform.credentials import bearer
 
 # The portal keeps the tenant a user works in under this session key.
@@ -106,16 +112,30 @@ class TenantOwner(TenantMember):
         return True
 
 
+def operated_model(view) -> type[Model]:
+    """The model an operator view changes: its `operated_model`, else its queryset's."""
+    return getattr(view, "operated_model", None) or view.get_queryset().model
+
+
 class Operator(permissions.BasePermission):
-    """Staff only; anyone else finds nothing here."""
+    """Staff only (anyone else finds nothing here); changing anything also needs the change
+    permission on the view's model, as the admin's actions do (OperatorActions): the `viewer`
+    group looks and changes nothing, the `operator` group and superusers change."""
 
     def has_permission(self, request: Request, view) -> bool:
         if request.user is None or not request.user.is_authenticated:
             return False
         if not request.user.is_staff:
             raise Http404
-        if request.method not in permissions.SAFE_METHODS and not _can_write(request):
+        if request.method in permissions.SAFE_METHODS:
+            return True
+        if not _can_write(request):
             raise PermissionDenied("This management token is read-only.")
+        opts = operated_model(view)._meta
+        if not request.user.has_perm(f"{opts.app_label}.{get_permission_codename('change', opts)}"):
+            raise PermissionDenied(
+                f"Changing {opts.verbose_name_plural} is for operators; this user may only look."
+            )
         return True
 
 
@@ -154,6 +174,24 @@ class ManagementApiMixin:
     permission_classes = [TenantMember]
     pagination_class = NewestFirst
     schema = ManagementAutoSchema()
+
+    def dispatch(self, request, *args, **kwargs):
+        # What initial() names for the audit log holds for the rest of the call, no longer.
+        with ExitStack() as self._audit_context:
+            return super().dispatch(request, *args, **kwargs)
+
+    def initial(self, request: Request, *args, **kwargs) -> None:
+        super().initial(request, *args, **kwargs)
+        token = request.auth
+        if isinstance(token, ManagementToken):
+            # The audit log's middleware ran before DRF authenticated the token and saw nobody:
+            # name the token's user as the actor of what this call changes, and the token.
+            self._audit_context.enter_context(
+                acting(
+                    actor=request.user,
+                    additional_data={"management_token": token.token_id, "name": token.name},
+                )
+            )
 
     @property
     def membership(self) -> Membership:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import statistics
 from datetime import datetime
 
 from django.conf import settings
 from django.db import connections
-from django.db.models import Aggregate, Count, FloatField, QuerySet
+from django.db.models import Count, QuerySet
 
 from apps.hardware.fleet import NodeSnapshot, fleet_key
 from apps.hardware.fleet import now as wall_clock
@@ -15,20 +14,10 @@ from apps.keys.choices import UsageStatus
 from apps.keys.models import UsageRecord
 from apps.routing.models import ScalingPolicy
 from apps.routing.scaling.slo import SLO_WINDOW, Figures
+from dmxplatform.aggregates import Percentile, percentile
 from dmxplatform.redis_client import sync_redis
 
 P95 = 0.95
-
-
-class Percentile(Aggregate):
-    """PostgreSQL's percentile_cont: interpolated, as statistics.quantiles(method="inclusive")."""
-
-    function = "PERCENTILE_CONT"
-    template = "%(function)s(%(fraction)s) WITHIN GROUP (ORDER BY %(expressions)s)"
-    output_field = FloatField()
-
-    def __init__(self, expression: str, *, fraction: float) -> None:
-        super().__init__(expression, fraction=float(fraction))
 
 
 def _p95(rows: QuerySet[UsageRecord], field: str) -> tuple[float | None, int]:
@@ -39,9 +28,7 @@ def _p95(rows: QuerySet[UsageRecord], field: str) -> tuple[float | None, int]:
         return result["p95"], result["samples"]
     # SQLite (a laptop without PostgreSQL): a laptop's five minutes of requests fit in memory.
     values = list(rows.values_list(field, flat=True))
-    if len(values) < 2:
-        return (values[0] if values else None), len(values)
-    return statistics.quantiles(values, n=100, method="inclusive")[94], len(values)
+    return percentile(values, fraction=P95), len(values)
 
 
 def _ok_requests(*, model: str, since: datetime, until: datetime) -> QuerySet[UsageRecord]:
