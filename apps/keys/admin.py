@@ -20,7 +20,7 @@ from apps.keys.services import (
     management_token_revoke,
     plan_publish,
     tenant_approve,
-    tenant_keys_publish,
+    tenant_update,
 )
 from dmxplatform.admin import OperatorActions, request_trace_link
 
@@ -80,10 +80,11 @@ class TenantAdmin(OperatorActions, admin.ModelAdmin):
         self.message_user(request, f"Approved {len(approved)} tenant(s).", messages.SUCCESS)
 
     def save_model(self, request: HttpRequest, obj: Tenant, form, change: bool) -> None:
+        if change:  # a plan or a suspension: its keys must learn it (the API's way too)
+            tenant_update(tenant=obj)
+            return
         obj.full_clean()
         super().save_model(request, obj, form, change)
-        if change:
-            tenant_keys_publish(tenant_ids=[obj.id])
 
 
 @admin.register(ApiKey)

@@ -49,5 +49,6 @@ DMX_ADMISSION_LEASE_MS = env_int("DMX_ADMISSION_LEASE_MS", 1000, minimum=10)
 # prompts are held to DMX_CONTEXT_PRESSURE_FACTOR of the model's context.
 DMX_CONTEXT_WATERMARK = env_float("DMX_CONTEXT_WATERMARK", 0.9, minimum=0.0)
 DMX_CONTEXT_PRESSURE_FACTOR = env_float("DMX_CONTEXT_PRESSURE_FACTOR", 0.5, minimum=0.01)
-# Proxies whose X-Forwarded-For is believed when checking a key's allowed networks (CIDRs).
+# Proxies whose X-Forwarded-For is believed (CIDRs): for a key's allowed networks, and for the
+# address the audit log records (dmxplatform/audit/middleware.py).
 DMX_TRUSTED_PROXIES = env_list("DMX_TRUSTED_PROXIES", [])
