@@ -14,7 +14,6 @@ Access: a scrape must come from DMX_METRICS_ALLOWED_NETWORKS (loopback by defaul
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import os
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
 from prometheus_client.registry import REGISTRY
 
-from apps.gateway.clients import trusted_networks
+from apps.gateway.clients import is_trusted, trusted_networks
 from apps.keys.metrics import QuotaCollector
 from apps.models.metrics import ModelTargetCollector
 from apps.routing.metrics import FleetCollector
@@ -46,13 +45,9 @@ def _allowed(request: HttpRequest) -> bool:
         offered = request.headers.get("Authorization", "")
         if hmac.compare_digest(offered.encode(), f"Bearer {token}".encode()):
             return True
-    try:
-        address = ipaddress.ip_address(request.META.get("REMOTE_ADDR") or "")
-    except ValueError:
-        return False
-    return any(
-        address in network
-        for network in trusted_networks(tuple(settings.DMX_METRICS_ALLOWED_NETWORKS))
+    return is_trusted(
+        request.META.get("REMOTE_ADDR") or "",
+        trusted_networks(tuple(settings.DMX_METRICS_ALLOWED_NETWORKS)),
     )
 
 
