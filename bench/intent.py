@@ -1,9 +1,9 @@
 """Benchmark the intent classifier: artifact load time, classify latency by prompt length.
 
 Run from the repository root: `.venv/bin/python bench/intent.py`. No Django: the intent package
-imports only numpy. Prompts are the held-out and hand-written sets as written, plus the same
-prompts padded with prose to exactly 4,096 characters (instruction first or last), so a third of
-the calls pay the longest read the classifier does.
+imports only numpy. Prompts are the held-out and hand-written sets (tools/intent/data) as
+written, plus the same prompts padded with prose to exactly 4,096 characters (instruction first
+or last), so a third of the calls pay the longest read the classifier does.
 """
 
 from __future__ import annotations
@@ -18,10 +18,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from apps.gateway.intent import classify, load
-from apps.gateway.intent.dataset import HELDOUT_FILE, NATURAL_FILE, load_examples
-from apps.gateway.intent.fillers_en import PASSAGES as PASSAGES_EN
-from apps.gateway.intent.fillers_zh import PASSAGES as PASSAGES_ZH
 from apps.gateway.intent.model import ARTIFACT_PATH, IntentModel
+from tools.intent.dataset import HELDOUT_FILE, NATURAL_FILE, load_examples
+from tools.intent.tables import load_table
 
 PROMPTS = 3_000
 LOADS = 5  # artifact reads timed after the first; the first also pays the cold page cache
@@ -35,7 +34,8 @@ BUCKETS = ((0, 256), (257, 1_024), (1_025, LONG_CHARS))
 def prompts(count: int, rng: random.Random) -> list[str]:
     """Return `count` prompts: real ones and, for a third of them, the same padded to 4 KB."""
     real = [e.text for e in load_examples(HELDOUT_FILE) + load_examples(NATURAL_FILE)]
-    prose = [" ".join(p) for p in PASSAGES_EN] + ["".join(p) for p in PASSAGES_ZH]
+    prose = [" ".join(p) for p in load_table("fillers_en")["passages"]]
+    prose += ["".join(p) for p in load_table("fillers_zh")["passages"]]
     chosen = []
     for index in range(count):
         text = rng.choice(real)

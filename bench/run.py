@@ -45,7 +45,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import litellm_proxy, loadgen  # noqa: E402
-from tests.stack import TINY_MODEL_VLLM_ARGS, celery_argv, free_port, gateway_argv  # noqa: E402
+from tests.stack import (  # noqa: E402
+    PLATFORM_SETTINGS,
+    TINY_MODEL_VLLM_ARGS,
+    celery_argv,
+    free_port,
+    gateway_argv,
+)
 
 RUN_DIR = ROOT / ".run" / "bench"
 RESULTS = ROOT / "bench" / "results"
@@ -61,6 +67,7 @@ DRAIN_TIMEOUT = 300  # seconds the ledger gets to drain a point's usage events
 def _env(redis_db: int) -> dict[str, str]:
     env = dict(os.environ)
     env.update(
+        DJANGO_SETTINGS_MODULE=PLATFORM_SETTINGS,  # not the suite's, when a test runs it
         DMX_DEBUG="1",
         DJANGO_SECRET_KEY="bench",
         DMX_KEY_PEPPER="bench-pepper",

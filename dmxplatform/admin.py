@@ -14,6 +14,7 @@ from django.contrib import admin, messages
 from django.contrib.admin.apps import AdminConfig
 from django.contrib.auth import get_permission_codename
 from django.core.exceptions import PermissionDenied
+from django.db.models import Model, QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -39,6 +40,40 @@ class OperatorActions:
     def has_operate_permission(self, request: HttpRequest) -> bool:
         opts = self.opts
         return request.user.has_perm(f"{opts.app_label}.{get_permission_codename('change', opts)}")
+
+
+class ReadOnlyAdminMixin:
+    """For a ModelAdmin of rows the platform writes itself (the ledger, the logs, what workers
+    report): nobody adds, changes or deletes one in the console, superusers included; whoever
+    may view them still does. An admin that allows some of the three keeps only the others in
+    `console_refuses`; the user's permissions decide those it allows, as without the mixin."""
+
+    console_refuses: tuple[str, ...] = ("add", "change", "delete")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return "add" not in self.console_refuses and super().has_add_permission(request)
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return "change" not in self.console_refuses and super().has_change_permission(request, obj)
+
+    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
+        return "delete" not in self.console_refuses and super().has_delete_permission(request, obj)
+
+
+class ServiceDeletesMixin:
+    """For a ModelAdmin whose rows are deleted through their app's service (which tells the
+    gateways, or checks that the row may go): the delete page and the list's "delete selected"
+    both call `delete_row`, so that neither deletes around it."""
+
+    def delete_row(self, obj: Model) -> None:
+        raise NotImplementedError
+
+    def delete_model(self, request: HttpRequest, obj: Model) -> None:
+        self.delete_row(obj)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet) -> None:
+        for obj in queryset:
+            self.delete_row(obj)
 
 
 def request_trace_link(request_id: str) -> str:

@@ -23,10 +23,10 @@ from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
 from prometheus_client.registry import REGISTRY
 
-from apps.gateway.clients import is_trusted, trusted_networks
 from apps.keys.metrics import QuotaCollector
 from apps.models.metrics import ModelTargetCollector
 from apps.routing.metrics import FleetCollector
+from dmxplatform.clients import is_trusted, trusted_networks
 from dmxplatform.metrics import StreamCollector
 
 _SCRAPE_TIME_COLLECTORS = (

@@ -55,7 +55,7 @@ STAGE_BUCKETS = (
 
 gateway_stage_seconds = Histogram(
     "dmx_gateway_stage_seconds",
-    "Time each stage of the gateway and of routing added to a request (apps.gateway.stages).",
+    "Time each stage of the gateway and of routing added to a request (dmxplatform.stages).",
     ["stage"],
     buckets=STAGE_BUCKETS,
 )
@@ -114,8 +114,8 @@ gateway_refusals = Counter(
     "freed in time) or `no_capacity` (no live node).",
     ["reason"],
 )
-# Present from the start, so that rate() and alerts see the first one (the refusal reasons:
-# apps.gateway.admission).
+# Present from the start, so that rate() and alerts see the first one (the refusal reasons are
+# where they are counted: apps.keys.admission, apps.routing.dispatcher, apps.gateway.runtime).
 for _code in ("connect", "stream"):
     gateway_upstream_errors.labels(_code)
 

@@ -9,7 +9,15 @@ mkdir -p .run
 flock .run/bootstrap.lock ./scripts/services.sh --postgres
 flock .run/bootstrap.lock ./scripts/bootstrap.sh
 
-# The suite's own settings; the real environment and .env do not leak in.
+# The import rules ([tool.importlinter] in pyproject.toml) before any test: under a second, and
+# a run on code that breaks them fails.
+.venv/bin/lint-imports --no-cache --no-logo
+
+# The suite's own environment; the real environment and .env do not leak in. pytest's process
+# loads dmxplatform.settings.test (pyproject.toml; a DJANGO_SETTINGS_MODULE from outside would
+# win over it), the processes it starts dmxplatform.settings: what they must agree on (secrets,
+# databases, cadences) is set here, for all of them.
+unset DJANGO_SETTINGS_MODULE
 export DMX_DEBUG=1
 export DJANGO_SECRET_KEY=test-secret-key
 export DMX_KEY_PEPPER=test-pepper

@@ -11,7 +11,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-from apps.hardware.fleet import NodeSnapshot, fleet_key
+from apps.hardware.nodestate import NodeSnapshot, fleet_key
 from dmxplatform.redis_client import sync_redis
 from tests import stack as stack_module
 from tests.faults import TcpProxy

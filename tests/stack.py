@@ -28,6 +28,9 @@ TINY_MODEL_DIR = ROOT / ".cache" / "models" / "dmx-tiny"
 TINY_MODEL_VLLM_ARGS = ("--enforce-eager", "--dtype", "float32", "--max-num-seqs", "16")
 # vLLM with the tiny model starts in 16-40 s on two shared cores; more means it is broken.
 WORKER_START_TIMEOUT = 180
+# The processes run production's settings, not the suite's (dmxplatform/settings/test.py, which
+# pytest-django puts in the environment they inherit): they are what the e2e tests test.
+PLATFORM_SETTINGS = "dmxplatform.settings"
 
 
 def gateway_argv(port: int) -> list[str]:
@@ -154,7 +157,7 @@ class Stack:
     its logs and Celery's schedule apart from the session's)."""
 
     def __init__(self, *, env: dict[str, str], name: str = "") -> None:
-        self.env = env
+        self.env = {**env, "DJANGO_SETTINGS_MODULE": PLATFORM_SETTINGS}
         self.prefix = f"{name}-" if name else ""
         self.gateways: list[str] = []
         self.services: list[Service] = []

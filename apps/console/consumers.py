@@ -30,7 +30,7 @@ from redis.exceptions import RedisError
 
 from apps.console.dashboard import dashboard_permitted, fleet_state, nodes_update
 from apps.hardware.broadcast import NODE_UPDATES_GROUP
-from apps.hardware.fleet import NodeSnapshot
+from apps.hardware.nodestate import NodeSnapshot
 from apps.hardware.selectors import LOGGED_BYTES, UNREADABLE
 
 logger = logging.getLogger(__name__)

@@ -16,7 +16,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
-from apps.hardware.fleet import NodeSnapshot, now
+from apps.hardware.nodestate import NodeSnapshot, now
 from apps.hardware.selectors import node_states
 from apps.keys.selectors import usage_minute_series
 
@@ -55,9 +55,9 @@ def node_row(snapshot: NodeSnapshot) -> dict[str, Any]:
         "gpu_utilization": snapshot.gpu_utilization,
         "bandwidth_utilization": snapshot.memory_bandwidth_utilization,
         "temperature_c": snapshot.temperature_c,
-        "running": snapshot.num_requests_running,
-        "waiting": snapshot.num_requests_waiting,
-        "kv_cache": snapshot.kv_cache_usage,
+        "running": snapshot.engine.num_requests_running,
+        "waiting": snapshot.engine.num_requests_waiting,
+        "kv_cache": snapshot.engine.kv_cache_usage,
         "heartbeat_at": snapshot.heartbeat_at,
     }
 

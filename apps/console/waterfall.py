@@ -1,7 +1,7 @@
 """A request's stage timings as a waterfall: each stage after the one before, in pipeline order.
 
 The usage record keeps its timings as JSON, whose key order PostgreSQL does not keep; the order
-comes from apps.gateway.stages.Stage, which lists the stages as the pipeline runs them.
+comes from dmxplatform.stages.Stage, which lists the stages as the pipeline runs them.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from apps.gateway.stages import LAYER_OF_STAGE, STAGE_HELP, Stage
+from dmxplatform.stages import LAYER_OF_STAGE, STAGE_HELP, Stage
 
 # A stage the gateway no longer has (a record written by an older release): still shown, after
 # the known ones, so that its time is not taken for unaccounted.

@@ -10,11 +10,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from apps.gateway.auth import authenticate
 from apps.gateway.errors import GatewayErrorCode
-from apps.gateway.pipeline import CompletionCall, new_request_id
+from apps.gateway.pipeline import complete
 from apps.gateway.runtime import get_runtime, shutdown_runtime
 from apps.gateway.schemas import Endpoint
+from apps.gateway.state import CompletionState, new_request_id
+from apps.models.errors import ModelsErrorCode
 from dmxplatform.errors import ApplicationError, NotFoundError
 from dmxplatform.responses import (
     dumps,
@@ -37,7 +38,7 @@ class CompletionsEndpoint:
         if scope["method"] != "POST":
             await _refuse_method(send, "POST")
             return
-        await CompletionCall(self.endpoint, scope, receive, send).run()
+        await complete(CompletionState(self.endpoint, scope, receive, send))
 
 
 class ModelsEndpoint:
@@ -50,12 +51,11 @@ class ModelsEndpoint:
             return
         try:
             runtime = await get_runtime()
-            key = await authenticate(runtime.keys, header(scope, b"authorization"))
-            live = runtime.fleet.live_models()
+            key = await runtime.gate.key(header(scope, b"authorization"))
             models = [
                 {"id": m.name, "object": "model", "created": m.created, "owned_by": m.owned_by}
-                for m in runtime.catalog.models.values()
-                if m.name in live and key.allows(m.name)
+                for m in runtime.dispatcher.served_models()
+                if key.allows(m.name)
             ]
             wanted = scope["url_route"]["kwargs"].get("model")
             if wanted is None:
@@ -66,7 +66,7 @@ class ModelsEndpoint:
                 raise NotFoundError(
                     f"The model `{wanted}` does not exist or you do not have access to it.",
                     param="model",
-                    code=GatewayErrorCode.MODEL_NOT_FOUND,
+                    code=ModelsErrorCode.MODEL_NOT_FOUND,
                 )
             await send_json(send, 200, dumps(found), headers)
         except ApplicationError as error:

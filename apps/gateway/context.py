@@ -8,7 +8,6 @@ from apps.gateway.errors import GatewayErrorCode
 from apps.gateway.schemas import CompletionRequest, Endpoint
 from apps.models.catalog import ModelEntry
 from apps.models.tokenizers import ChatTemplateError, prompt_chars
-from apps.routing.fleet import FleetView
 from dmxplatform.errors import InvalidRequestError
 
 
@@ -29,13 +28,23 @@ def prompt_tokens(model: ModelEntry, request: CompletionRequest) -> int | None:
     return max(counter.count_prompts(request.payload["prompt"]))
 
 
-def context_limit(model: ModelEntry, fleet: FleetView) -> int:
+def context_limit(model: ModelEntry, kv_pressure: float | None) -> int:
     """The context a request may use now: the model's, or a fraction of it while the fleet
-    serving it is short of KV cache (long prompts would evict everyone else's)."""
-    pressure = fleet.kv_pressure(model.name)
-    if pressure is not None and pressure >= settings.DMX_CONTEXT_WATERMARK:
+    serving it is short of KV cache (`kv_pressure`, its live nodes' mean KV-cache use: long
+    prompts would evict everyone else's)."""
+    if kv_pressure is not None and kv_pressure >= settings.DMX_CONTEXT_WATERMARK:
         return max(1, int(model.max_context_tokens * settings.DMX_CONTEXT_PRESSURE_FACTOR))
     return model.max_context_tokens
+
+
+def reservation(request: CompletionRequest, prompt_tokens: int, context_limit: int) -> int:
+    """Tokens to hold for a request: its prompt plus the most it may generate."""
+    completion = request.max_tokens
+    if completion is None:
+        completion = min(
+            settings.DMX_DEFAULT_COMPLETION_RESERVE, max(context_limit - prompt_tokens, 0)
+        )
+    return prompt_tokens + completion * request.n
 
 
 def _prompt_chars(request: CompletionRequest) -> int:

@@ -2,8 +2,8 @@
 pipeline /v1 runs (limits, content filter, routing, billing to the key), for a key whose user is
 signed in, without the key's secret, which the platform never keeps.
 
-The request goes through CompletionCall over an in-process ASGI exchange, so nothing here can
-drift from what /v1 does; the caller reads the response as events.
+The request goes through the pipeline (apps.gateway.pipeline) over an in-process ASGI
+exchange, so nothing here can drift from what /v1 does; the caller reads the response as events.
 """
 
 from __future__ import annotations
@@ -16,9 +16,12 @@ from typing import Any
 
 import orjson
 
-from apps.gateway.pipeline import CompletionCall
+from apps.gateway.pipeline import complete
+from apps.gateway.runtime import get_runtime
 from apps.gateway.schemas import Endpoint
-from apps.keys.keycache import KeyRecord
+from apps.gateway.state import CompletionState
+from apps.keys.gate import KeyRecord
+from dmxplatform.clients import client_address
 
 
 @dataclass
@@ -48,11 +51,16 @@ def _sse_chunks(buffer: bytearray) -> list[dict[str, Any]]:
 
 
 async def chat_stream(
-    *, key: KeyRecord, body: dict[str, Any], client: tuple[str, int] | None
+    *, key: KeyRecord, body: dict[str, Any], caller: dict[str, Any]
 ) -> AsyncIterator[tuple[Reply, dict[str, Any] | None]]:
     """Run a streamed chat completion for `key`; yield (reply, chunk) for every chunk, first
     (reply, None) once the status is known. Leaving the iteration early is a client that left:
-    the pipeline stops the generation and bills what was generated."""
+    the pipeline stops the generation and bills what was generated. `caller`: the ASGI scope
+    of the caller's own connection (the portal's WebSocket), whose client the key's allowed
+    networks are checked against."""
+    runtime = await get_runtime()
+    peer = caller.get("client")
+    client = (client_address(caller, runtime.trusted_proxies), peer[1]) if peer else None
     payload = orjson.dumps({**body, "stream": True, "stream_options": {"include_usage": True}})
     scope = {
         "type": "http",
@@ -99,8 +107,9 @@ async def chat_stream(
         if not message.get("more_body", False):
             await reply.chunks.put(_END)
 
-    call = CompletionCall(Endpoint.CHAT, scope, receive, send, key=key)
-    task = asyncio.ensure_future(call.run())
+    task = asyncio.ensure_future(
+        complete(CompletionState(Endpoint.CHAT, scope, receive, send, key=key))
+    )
     try:
         waiting = asyncio.ensure_future(started.wait())
         await asyncio.wait([waiting, task], return_when=asyncio.FIRST_COMPLETED)

@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING
 
 from django.conf import settings
 
-from apps.gateway.stages import LAYER_OF_STAGE, Stage, StageClock, TracedStageClock
+from dmxplatform.stages import LAYER_OF_STAGE, Stage, StageClock, TracedStageClock
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
-    from apps.gateway.pipeline import CompletionCall
     from apps.gateway.schemas import Endpoint
-    from apps.hardware.fleet import NodeSnapshot
+    from apps.gateway.state import CompletionState
+    from apps.routing.dispatcher import NodeSnapshot
 
 # Where an OTLP/HTTP collector takes spans, under its base URL.
 TRACES_PATH = "/v1/traces"
@@ -57,7 +57,7 @@ class Trace:
     def upstream_call(self, node: NodeSnapshot, path: str) -> UpstreamCall:
         return NO_CALL
 
-    def end(self, call: CompletionCall) -> None:
+    def end(self, state: CompletionState) -> None:
         pass
 
 
@@ -132,16 +132,16 @@ class RequestTrace(Trace):
     def upstream_call(self, node: NodeSnapshot, path: str) -> UpstreamCall:
         return _TracedCall(self._tracer, self._context, node, path)
 
-    def end(self, call: CompletionCall) -> None:
+    def end(self, state: CompletionState) -> None:
         """End the request's span, with a span per stage under it (if it is sampled)."""
         span = self.span
         if self.trace_id:
-            self._stage_spans(call.clock)
-            span.set_attributes(_request_attributes(call))
-            if call.http_status >= 500:
+            self._stage_spans(state.clock)
+            span.set_attributes(_request_attributes(state))
+            if state.http_status >= 500:
                 from opentelemetry.trace import StatusCode
 
-                span.set_status(StatusCode.ERROR, call.error_code)
+                span.set_status(StatusCode.ERROR, state.error_code)
         span.end(end_time=self._epoch_ns_at(time.perf_counter()))
 
     def _stage_spans(self, clock: StageClock) -> None:
@@ -160,19 +160,19 @@ class RequestTrace(Trace):
         return self._epoch_ns + int((perf - self._started) * 1e9)
 
 
-def _request_attributes(call: CompletionCall) -> dict[str, str | int]:
+def _request_attributes(state: CompletionState) -> dict[str, str | int]:
     attributes: dict[str, str | int] = {
-        "http.response.status_code": call.http_status,
-        "dmx.outcome": call.outcome.value,
+        "http.response.status_code": state.http_status,
+        "dmx.outcome": state.outcome.value,
     }
-    if call.client_request_id:
-        attributes["dmx.client_request_id"] = call.client_request_id
-    if call.route_request is not None:
-        attributes["gen_ai.request.model"] = call.route_request.model.name
-    if call.node is not None:
-        attributes["dmx.node"] = call.node.name
-    if call.error_code:
-        attributes["error.type"] = call.error_code
+    if state.client_request_id:
+        attributes["dmx.client_request_id"] = state.client_request_id
+    if state.dispatch is not None:
+        attributes["gen_ai.request.model"] = state.dispatch.request.model.name
+    if state.node is not None:
+        attributes["dmx.node"] = state.node.name
+    if state.error_code:
+        attributes["error.type"] = state.error_code
     return attributes
 
 

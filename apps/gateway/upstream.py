@@ -1,34 +1,27 @@
-"""The hop to a vLLM node: pick one, send over the pooled client, retry once before any byte."""
+"""The hop to a vLLM node: the body it gets, the call over the pooled client, its errors.
+
+Which node, and another one when a call fails, is routing's (apps.routing.dispatcher): the
+sender here tells it a node failed by raising NodeFailed."""
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
 
 import orjson
-from django.conf import settings
-from prometheus_client import Gauge
 
 from apps.gateway.errors import GatewayErrorCode
 from apps.gateway.schemas import CompletionRequest
-from apps.gateway.tracing import Trace
-from apps.gateway.upstream_http import UpstreamConnectionError, UpstreamResponse, UpstreamTimeout
-from apps.hardware.fleet import NodeSnapshot
-from dmxplatform import metrics
-from dmxplatform.errors import (
-    ApplicationError,
-    InvalidRequestError,
-    ServiceUnavailableError,
-    UpstreamError,
+from apps.gateway.tracing import Trace, UpstreamCall
+from apps.gateway.upstream_http import (
+    HttpPool,
+    UpstreamConnectionError,
+    UpstreamResponse,
+    UpstreamTimeout,
 )
+from apps.routing.dispatcher import NodeFailed, NodeSnapshot
+from dmxplatform import metrics
+from dmxplatform.errors import ApplicationError, InvalidRequestError, UpstreamError
 
-if TYPE_CHECKING:
-    from apps.gateway.runtime import GatewayRuntime
-
-# One retry on another node, and only before the client has seen a byte: after that a retry
-# could duplicate text the client already holds.
-MAX_ATTEMPTS = 2
 # vLLM schedules lower priorities first; our tiers rank higher tiers first (PriorityTier).
 VLLM_PRIORITY_OF_TIER = 2
 _UPSTREAM_FAILURES = (UpstreamConnectionError, TimeoutError, OSError)
@@ -75,49 +68,46 @@ def stream_error(data: bytes) -> ApplicationError:
     return upstream_error(status if 400 <= status < 600 else 500, data)
 
 
-def no_capacity(model: str) -> ServiceUnavailableError:
-    return ServiceUnavailableError(
-        f"No node can serve model `{model}` right now. Please retry shortly.",
-        code=GatewayErrorCode.NO_CAPACITY,
-        headers={"Retry-After": str(settings.DMX_RETRY_AFTER_SECONDS)},
-    )
+class Exchange:
+    """A request a node answered below 500: its response and the call's span, closed together.
+    Closing returns the connection to the pool when the body was read to the end and closes it
+    otherwise, which makes vLLM abort the generation."""
+
+    __slots__ = ("call", "response")
+
+    def __init__(self, response: UpstreamResponse, call: UpstreamCall) -> None:
+        self.response = response
+        self.call = call
+
+    def __enter__(self) -> UpstreamResponse:
+        return self.response
+
+    def __exit__(self, *exc_info) -> None:
+        self.response.release()
+        self.call.end(status=self.response.status)
 
 
-Route = Callable[[list[int]], Awaitable[NodeSnapshot | None]]
-
-
-@contextlib.asynccontextmanager
-async def connect(
-    runtime: GatewayRuntime,
+def sender(
+    http: HttpPool,
     request: CompletionRequest,
-    route: Route,
     *,
     priority: int,
     time_left: Callable[[], float],
     request_id: str,
     trace: Trace,
-) -> AsyncIterator[tuple[NodeSnapshot, UpstreamResponse]]:
-    """Yield the first node that answers below 500 and its response; retry once on failure.
-
-    `route(tried)` picks a node other than those tried. A node that fails counts against its
-    circuit breaker. On exit the connection goes back to the pool when the body was read to
-    the end, and is closed otherwise, which makes vLLM abort the generation.
+) -> Callable[[NodeSnapshot], Awaitable[Exchange]]:
+    """The call of `request` to a node, for routing's Dispatch.connect: it answers below 500,
+    or raises NodeFailed (unreachable, 5xx) for routing to try another node.
 
     Each call carries the request id (vLLM takes it for its own, so its logs and spans name
     the request as ours do) and, traced, the call's span context (`traceparent`).
     """
-    tried: list[int] = []
-    failure: ApplicationError | None = None
     request_id_header = b"X-Request-Id: %s\r\n" % request_id.encode()
-    for _ in range(MAX_ATTEMPTS):
-        node = await route(tried)
-        if node is None:
-            break
-        tried.append(node.id)
-        inflight = _hold(runtime, node)
+
+    async def send(node: NodeSnapshot) -> Exchange:
         call = trace.upstream_call(node, request.endpoint.path)
         try:
-            response = await runtime.http.post(
+            response = await http.post(
                 node.url + request.endpoint.path,
                 upstream_body(request, node, priority=priority),
                 # Unstreamed, vLLM answers once the whole completion is generated: the wait is
@@ -126,52 +116,23 @@ async def connect(
                 headers=request_id_header + call.traceparent,
             )
         except UpstreamTimeout:
-            _release(runtime, node, inflight)
             call.end(error="timeout")
             raise
         except _UPSTREAM_FAILURES as exc:
-            _release(runtime, node, inflight)
             call.end(error=exc.__class__.__name__)
             metrics.gateway_upstream_errors.labels("connect").inc()
-            await runtime.observe(node, failed=True)
-            failure = UpstreamError(
-                f"Node {node.name} could not be reached: {exc.__class__.__name__}.",
-                code=GatewayErrorCode.UPSTREAM_ERROR,
-            )
-            continue
+            raise NodeFailed(
+                UpstreamError(
+                    f"Node {node.name} could not be reached: {exc.__class__.__name__}.",
+                    code=GatewayErrorCode.UPSTREAM_ERROR,
+                )
+            ) from exc
         if response.status >= 500:
             failure = upstream_error(response.status, await response.read())
             response.release()
-            _release(runtime, node, inflight)
             call.end(status=response.status)
             metrics.gateway_upstream_errors.labels(str(response.status)).inc()
-            await runtime.observe(node, failed=True)
-            continue
-        try:
-            yield node, response
-        finally:
-            response.release()
-            _release(runtime, node, inflight)
-            runtime.queues.wake(node.model)
-            call.end(status=response.status)
-        return
-    if failure is None:
-        metrics.gateway_refusals.labels("no_capacity").inc()
-        raise no_capacity(request.model)
-    raise failure
+            raise NodeFailed(failure)
+        return Exchange(response, call)
 
-
-_INFLIGHT = metrics.Bound(metrics.gateway_node_inflight)
-
-
-def _hold(runtime: GatewayRuntime, node: NodeSnapshot) -> Gauge:
-    """Count a request in flight on the node: for routing (this process) and for /metrics."""
-    runtime.fleet.inflight[node.id] += 1
-    gauge = _INFLIGHT(node.name)
-    gauge.inc()
-    return gauge
-
-
-def _release(runtime: GatewayRuntime, node: NodeSnapshot, gauge: Gauge) -> None:
-    runtime.fleet.inflight[node.id] -= 1
-    gauge.dec()
+    return send

@@ -6,8 +6,8 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from redis.exceptions import RedisError
 
-from apps.hardware.fleet import NodeSnapshot
 from apps.hardware.models import HardwareProfile, Node, NodeToken
+from apps.hardware.nodestate import NodeSnapshot
 from apps.hardware.resources import NodeHardware, describe
 from apps.hardware.selectors import fleet_snapshots
 from apps.hardware.services import (
@@ -17,7 +17,7 @@ from apps.hardware.services import (
     node_token_update,
     node_undrain,
 )
-from dmxplatform.admin import OperatorActions
+from dmxplatform.admin import OperatorActions, ReadOnlyAdminMixin
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,8 @@ def _in_flight_column(request: HttpRequest) -> Callable[[Node], str]:
         snapshot = snapshots.get(node.id)
         if snapshot is None:  # Redis lost it: the row's, until the next heartbeat
             return _in_flight(node.num_requests_running, node.num_requests_waiting)
-        return _in_flight(snapshot.num_requests_running, snapshot.num_requests_waiting)
+        engine = snapshot.engine
+        return _in_flight(engine.num_requests_running, engine.num_requests_waiting)
 
     return in_flight
 
@@ -132,7 +133,7 @@ class NodeTokenAdmin(admin.ModelAdmin):
 
 
 @admin.register(Node)
-class NodeAdmin(OperatorActions, admin.ModelAdmin):
+class NodeAdmin(OperatorActions, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = [
         "name",
         "status",
@@ -150,6 +151,7 @@ class NodeAdmin(OperatorActions, admin.ModelAdmin):
     search_fields = ["name", "url"]
     list_select_related = ["model_version__model", "profile"]
     actions = ["drain", "undrain"]
+    console_refuses = ("add",)  # nodes register themselves with a node token
     readonly_fields = [
         "name",
         "url",
@@ -233,6 +235,3 @@ class NodeAdmin(OperatorActions, admin.ModelAdmin):
     @admin.display(description="KV cache")
     def kv_cache_percent(self, node: Node) -> str:
         return f"{node.kv_cache_usage:.0%}"
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False  # nodes register themselves with a node token

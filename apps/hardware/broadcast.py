@@ -14,7 +14,7 @@ import logging
 
 from channels.layers import get_channel_layer
 
-from apps.hardware.fleet import NodeSnapshot
+from apps.hardware.nodestate import NodeSnapshot
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ from django.db import DatabaseError
 from redis.exceptions import RedisError
 
 from apps.hardware.errors import HardwareErrorCode
-from apps.hardware.fleet import NodeSnapshot
+from apps.hardware.nodestate import NodeSnapshot
 from apps.hardware.services import node_heartbeat_record, node_token_authenticate_async
 from dmxplatform import metrics
 from dmxplatform.credentials import bearer

@@ -12,8 +12,8 @@ from django.conf import settings
 from django.db.models import QuerySet
 from redis.client import Pipeline
 
-from apps.hardware.fleet import NodeSnapshot, fleet_key, fleet_resources_key, now
 from apps.hardware.models import HardwareProfile, Node
+from apps.hardware.nodestate import NodeSnapshot, fleet_key, fleet_resources_key, now
 from apps.hardware.resources import NodeHardware, describe
 from apps.hardware.services import node_snapshot
 from apps.models.selectors import llm_models_active

@@ -1,6 +1,6 @@
 """Writes for hardware profiles and nodes: tokens, registration, heartbeats, staleness, drains.
 
-Live node state is Redis's (apps.hardware.fleet): gateways route on it and heartbeats write
+Live node state is Redis's (apps.hardware.nodestate): gateways route on it and heartbeats write
 only there, so nodes stay routable while PostgreSQL is down and a heartbeat costs the process
 that serves it no database write. The Node rows are its durable mirror, caught up in one
 transaction by the periodic nodes_sync; only an operator's drain goes the other way, from the
@@ -23,16 +23,15 @@ from django.utils import timezone
 from apps.hardware.broadcast import node_update_broadcast
 from apps.hardware.choices import NodeStatus
 from apps.hardware.errors import HardwareErrorCode
-from apps.hardware.fleet import (
+from apps.hardware.models import HardwareProfile, Node, NodeToken
+from apps.hardware.nodestate import (
     NodeSnapshot,
     TokenRecord,
-    engine_fields,
     fleet_key,
     fleet_resources_key,
     node_token_key,
     now,
 )
-from apps.hardware.models import HardwareProfile, Node, NodeToken
 from apps.hardware.profiles import ProfilesLoaded, profiles_sync
 from apps.hardware.resources import summarize, view_profile
 from apps.models.services import model_version_attach_tokenizer, model_version_find
@@ -40,7 +39,7 @@ from dmxplatform import credentials
 from dmxplatform.errors import AuthenticationError, NotFoundError
 from dmxplatform.redis_client import sync_redis
 from inference.hardware.profiles import PROFILES_DIR, load_profiles
-from inference.wire import Heartbeat, Registration
+from inference.wire import EngineLoad, Heartbeat, Registration
 
 NODE_TOKEN_PREFIX = "dmx-node-"
 
@@ -153,9 +152,11 @@ def node_snapshot(node: Node) -> NodeSnapshot:
         max_model_len=node.max_model_len,
         heartbeat_at=node.last_heartbeat_at.timestamp(),
         token_id=node.token_id,
-        num_requests_running=node.num_requests_running,
-        num_requests_waiting=node.num_requests_waiting,
-        kv_cache_usage=node.kv_cache_usage,
+        engine=EngineLoad(
+            num_requests_running=node.num_requests_running,
+            num_requests_waiting=node.num_requests_waiting,
+            kv_cache_usage=node.kv_cache_usage,
+        ),
         profile=node.profile.name if node.profile_id else None,
         priority_scheduling=node.engine_args.get("scheduling_policy") == "priority",
         max_num_seqs=int(node.engine_args.get("max_num_seqs") or 0),
@@ -225,7 +226,7 @@ def _heartbeat_applied(snapshot: NodeSnapshot, heartbeat: Heartbeat) -> NodeSnap
         snapshot,
         status=heartbeat.status,
         heartbeat_at=now(),
-        **engine_fields(heartbeat.engine),
+        engine=heartbeat.engine,
         **summarize(heartbeat.resources, unit_price_usd=unit_price),
     )
 
@@ -332,9 +333,9 @@ def nodes_sync() -> int:
             fields = {
                 "status": snapshot.status,
                 "last_heartbeat_at": heartbeat_at,
-                "num_requests_running": snapshot.num_requests_running,
-                "num_requests_waiting": snapshot.num_requests_waiting,
-                "kv_cache_usage": snapshot.kv_cache_usage,
+                "num_requests_running": snapshot.engine.num_requests_running,
+                "num_requests_waiting": snapshot.engine.num_requests_waiting,
+                "kv_cache_usage": snapshot.engine.kv_cache_usage,
             }
             view = resources.get(str(node_id).encode())
             if view is not None:

@@ -18,11 +18,18 @@ from apps.keys.services import (
     api_key_signing_enable,
     api_key_update,
     management_token_revoke,
-    plan_publish,
+    management_token_update,
+    plan_delete,
+    plan_edit,
     tenant_approve,
     tenant_update,
 )
-from dmxplatform.admin import OperatorActions, request_trace_link
+from dmxplatform.admin import (
+    OperatorActions,
+    ReadOnlyAdminMixin,
+    ServiceDeletesMixin,
+    request_trace_link,
+)
 
 LIMIT_FIELDS = ["requests_per_minute", "tokens_per_minute", "max_concurrent_requests"]
 
@@ -33,14 +40,25 @@ class PlanQuotaInline(admin.TabularInline):
 
 
 @admin.register(Plan)
-class PlanAdmin(admin.ModelAdmin):
+class PlanAdmin(ServiceDeletesMixin, admin.ModelAdmin):
     list_display = ["name", *LIMIT_FIELDS]
     inlines = [PlanQuotaInline]
 
+    def save_model(self, request: HttpRequest, obj: Plan, form, change: bool) -> None:
+        """Saved with its quotas, in save_related: the gateways learn the plan once, whole."""
+
     def save_related(self, request: HttpRequest, form, formsets, change: bool) -> None:
-        super().save_related(request, form, formsets, change)
-        # Quotas are saved with the inlines: publish once everything is in.
-        plan_publish(plan=form.instance)
+        saved, deleted = [], []
+        for formset in formsets:  # the quotas' inline
+            saved += formset.save(commit=False)
+            deleted += formset.deleted_objects
+        plan_edit(plan=form.instance, quotas_saved=saved, quotas_deleted=deleted)
+        form.save_m2m()
+        for formset in formsets:
+            formset.save_m2m()
+
+    def delete_row(self, obj: Plan) -> None:
+        plan_delete(plan=obj)
 
 
 class MembershipInline(admin.TabularInline):
@@ -80,15 +98,12 @@ class TenantAdmin(OperatorActions, admin.ModelAdmin):
         self.message_user(request, f"Approved {len(approved)} tenant(s).", messages.SUCCESS)
 
     def save_model(self, request: HttpRequest, obj: Tenant, form, change: bool) -> None:
-        if change:  # a plan or a suspension: its keys must learn it (the API's way too)
-            tenant_update(tenant=obj)
-            return
-        obj.full_clean()
-        super().save_model(request, obj, form, change)
+        # A plan or a suspension: its keys must learn it (the API's way too).
+        tenant_update(tenant=obj)
 
 
 @admin.register(ApiKey)
-class ApiKeyAdmin(OperatorActions, admin.ModelAdmin):
+class ApiKeyAdmin(OperatorActions, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = [
         "name",
         "display_prefix",
@@ -107,6 +122,7 @@ class ApiKeyAdmin(OperatorActions, admin.ModelAdmin):
     ]
     search_fields = ["name", "key_id", "tenant__name"]
     actions = ["revoke"]
+    console_refuses = ("delete",)  # usage records refer to keys forever; revoke instead
     fieldsets = [
         (
             None,
@@ -166,25 +182,12 @@ class ApiKeyAdmin(OperatorActions, admin.ModelAdmin):
             api_key_revoke(key=key)
         messages.success(request, f"Revoked {queryset.count()} key(s).")
 
-    def has_delete_permission(self, request: HttpRequest, obj: ApiKey | None = None) -> bool:
-        return False  # usage records refer to keys forever; revoke instead
 
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """The ledger is written by the platform only."""
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
-        return False
+# The ledger is written by the platform only.
 
 
 @admin.register(UsageRecord)
-class UsageRecordAdmin(ReadOnlyAdmin):
+class UsageRecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = [
         "request_id",
         "created_at",
@@ -210,7 +213,7 @@ class UsageRecordAdmin(ReadOnlyAdmin):
 
 
 @admin.register(UsageDaily)
-class UsageDailyAdmin(ReadOnlyAdmin):
+class UsageDailyAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = [
         "day",
         "tenant",
@@ -227,7 +230,7 @@ class UsageDailyAdmin(ReadOnlyAdmin):
 
 
 @admin.register(ManagementToken)
-class ManagementTokenAdmin(OperatorActions, admin.ModelAdmin):
+class ManagementTokenAdmin(OperatorActions, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = [
         "name",
         "display_prefix",
@@ -253,9 +256,10 @@ class ManagementTokenAdmin(OperatorActions, admin.ModelAdmin):
         "created_at",
     ]
     actions = ["revoke"]
+    console_refuses = ("add",)  # created in the portal, where the secret is shown once
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False  # created in the portal, where the secret is shown once
+    def save_model(self, request: HttpRequest, obj: ManagementToken, form, change: bool) -> None:
+        management_token_update(token=obj)
 
     @admin.action(description="Revoke the selected tokens", permissions=["operate"])
     def revoke(self, request: HttpRequest, queryset: QuerySet[ManagementToken]) -> None:

@@ -2,6 +2,9 @@ from enum import StrEnum
 
 
 class KeysErrorCode(StrEnum):
+    INVALID_API_KEY = "invalid_api_key"
+    KEY_REVOKED = "api_key_revoked"
+    KEY_EXPIRED = "api_key_expired"
     SIGNATURE_REQUIRED = "signature_required"
     SIGNATURE_INVALID = "signature_invalid"
     SIGNATURE_EXPIRED = "signature_expired"

@@ -6,7 +6,7 @@ import contextlib
 import logging
 import secrets
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 
 import orjson
@@ -261,6 +261,27 @@ def plan_save(*, plan: Plan, quotas: list[dict] | None = None) -> Plan:
     return plan
 
 
+@transaction.atomic
+def plan_edit(
+    *,
+    plan: Plan,
+    quotas_saved: Sequence[PlanQuota] = (),
+    quotas_deleted: Sequence[PlanQuota] = (),
+) -> Plan:
+    """Create or change a plan with the quotas added, changed or removed one by one (the
+    admin's inline: a quota left alone keeps its row); push the result to every gateway."""
+    plan.full_clean()
+    plan.save()
+    for quota in quotas_deleted:
+        quota.delete()
+    for quota in quotas_saved:
+        quota.plan = plan
+        quota.full_clean()
+        quota.save()
+    plan_publish(plan=plan)
+    return plan
+
+
 def plan_delete(*, plan: Plan) -> None:
     """Delete a plan no tenant is on."""
     if plan.tenants.exists():
@@ -269,7 +290,8 @@ def plan_delete(*, plan: Plan) -> None:
 
 
 def tenant_update(*, tenant: Tenant) -> Tenant:
-    """Save an operator's change to a tenant (its plan, a suspension); push it to its keys."""
+    """Save an operator's tenant, new or changed (its plan, a suspension); push it to its
+    keys."""
     tenant.full_clean()
     tenant.save()
     tenant_keys_publish(tenant_ids=[tenant.id])
@@ -391,6 +413,14 @@ def management_token_revoke(*, token: ManagementToken) -> ManagementToken:
     if token.revoked_at is None:
         token.revoked_at = timezone.now()
         token.save(update_fields=["revoked_at"])
+    return token
+
+
+def management_token_update(*, token: ManagementToken) -> ManagementToken:
+    """Save an operator's edit of a token (its name, scope, expiry, revocation); every call
+    reads the token from the database, so the next one sees it."""
+    token.full_clean()
+    token.save()
     return token
 
 

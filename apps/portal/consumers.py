@@ -22,10 +22,8 @@ import orjson
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
-from apps.gateway.clients import client_address
 from apps.gateway.direct import chat_stream
 from apps.gateway.errors import GatewayErrorCode
-from apps.gateway.runtime import get_runtime
 from apps.keys.keycache import KeyRecord
 from apps.keys.selectors import key_record_load, memberships_of
 from dmxplatform.errors import (
@@ -119,16 +117,12 @@ class PlaygroundConsumer(AsyncJsonWebsocketConsumer):
         self.generation = asyncio.ensure_future(self._answer(key, body))
 
     async def _answer(self, key: KeyRecord, body: dict[str, Any]) -> None:
-        runtime = await get_runtime()
-        peer = self.scope.get("client")
-        # The address the key's allowed networks are checked against, behind trusted proxies too.
-        client = (client_address(self.scope, runtime.trusted_proxies), peer[1]) if peer else None
         started = time.perf_counter()
         ttft_ms: float | None = None
         usage: dict[str, Any] | None = None
         finish_reason: str | None = None
         try:
-            async for reply, chunk in chat_stream(key=key, body=body, client=client):
+            async for reply, chunk in chat_stream(key=key, body=body, caller=self.scope):
                 if reply.status != 200:  # refused before the first token, as /v1 would
                     await self.send_json({"type": "error", "error": reply.error})
                     return

@@ -1,9 +1,9 @@
+import functools
 import json
-from datetime import UTC, datetime
+from collections.abc import Callable
 from decimal import Decimal, InvalidOperation
 
 from django import forms
-from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db.models import QuerySet
@@ -11,11 +11,10 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.loader import render_to_string
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
-from django.utils import timezone
 
-from apps.hardware.fleet import now
+from apps.models.admin import ModelVersionWrites
 from apps.models.models import ModelVersion
-from apps.routing.breaker import Breaker, BreakerState, breakers_key
+from apps.models.services import CanaryGates
 from apps.routing.choices import RecomputationStatus
 from apps.routing.models import (
     Canary,
@@ -26,20 +25,29 @@ from apps.routing.models import (
     WeightRecomputation,
 )
 from apps.routing.scaling import admin as scaling_admin  # noqa: F401  (registers its models)
-from apps.routing.selectors import canaries_running, version_figures
+from apps.routing.selectors import (
+    CLOSED_BREAKER,
+    BreakerView,
+    canaries_running,
+    canary_step_figures,
+    node_breakers,
+)
 from apps.routing.services import (
-    CanaryGates,
     breaker_reset,
     canary_promote,
     canary_rollback,
     canary_start,
+    routing_rule_delete,
     routing_rule_save,
-    routing_table_invalidate,
     weights_apply,
     weights_reject,
 )
-from dmxplatform.admin import OperatorActions, request_trace_link
-from dmxplatform.redis_client import sync_redis
+from dmxplatform.admin import (
+    OperatorActions,
+    ReadOnlyAdminMixin,
+    ServiceDeletesMixin,
+    request_trace_link,
+)
 
 
 def _each(request: HttpRequest, queryset: QuerySet, action, *, name: str = "recomputation") -> int:
@@ -57,7 +65,7 @@ def _each(request: HttpRequest, queryset: QuerySet, action, *, name: str = "reco
 
 
 @admin.register(RoutingRule)
-class RoutingRuleAdmin(admin.ModelAdmin):
+class RoutingRuleAdmin(ServiceDeletesMixin, admin.ModelAdmin):
     list_display = ["alias", "intent", "model", "weight", "hardware_preference", "is_active"]
     list_filter = ["alias", "intent", "is_active"]
     list_editable = ["weight", "is_active"]
@@ -65,21 +73,19 @@ class RoutingRuleAdmin(admin.ModelAdmin):
     def save_model(self, request: HttpRequest, obj: RoutingRule, form, change: bool) -> None:
         routing_rule_save(rule=obj)
 
-    def delete_model(self, request: HttpRequest, obj: RoutingRule) -> None:
-        super().delete_model(request, obj)
-        routing_table_invalidate()
+    def delete_row(self, obj: RoutingRule) -> None:
+        routing_rule_delete(rule=obj)
 
 
-class ReadOnly(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
+class RoutingLogAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """What the platform wrote down (decisions, recomputations, canary events): read here, and
+    deleted by those allowed to, never added or edited."""
 
-    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
-        return False
+    console_refuses = ("add", "change")
 
 
 @admin.register(RoutingDecision)
-class RoutingDecisionAdmin(ReadOnly):
+class RoutingDecisionAdmin(RoutingLogAdmin):
     list_display = [
         "request_id",
         "created_at",
@@ -114,7 +120,7 @@ class RoutingDecisionAdmin(ReadOnly):
 
 
 @admin.register(WeightRecomputation)
-class WeightRecomputationAdmin(OperatorActions, ReadOnly):
+class WeightRecomputationAdmin(OperatorActions, RoutingLogAdmin):
     list_display = ["created_at", "window_start", "window_end", "status", "decided_by"]
     list_filter = ["status"]
     readonly_fields = ["changes_table"]
@@ -140,7 +146,7 @@ class WeightRecomputationAdmin(OperatorActions, ReadOnly):
 
 
 @admin.register(CanaryEvent)
-class CanaryEventAdmin(ReadOnly):
+class CanaryEventAdmin(RoutingLogAdmin):
     list_display = ["created_at", "version", "action", "automatic", "operator", "figures"]
     list_filter = ["action", "automatic"]
 
@@ -200,19 +206,17 @@ class CanaryStartForm(forms.Form):
 
 
 @admin.register(Canary)
-class CanaryAdmin(OperatorActions, admin.ModelAdmin):
+class CanaryAdmin(OperatorActions, ModelVersionWrites, ReadOnlyAdminMixin, admin.ModelAdmin):
     """Versions taking canary traffic: their ramp, gates and figures so far, a form to start
     one, and the operator's two buttons."""
 
     list_display = ["__str__", "canary_percent", "ramp", "gates", "canary_started_at", "figures"]
     actions = ["promote", "rollback"]
     change_list_template = "admin/routing/canary/change_list.html"
+    console_refuses = ("add",)  # a canary is started from a version: start_view
 
     def get_queryset(self, request: HttpRequest) -> QuerySet:
         return canaries_running()
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False  # a canary is started from a version: start_view
 
     def get_urls(self):
         start = path(
@@ -271,8 +275,7 @@ class CanaryAdmin(OperatorActions, admin.ModelAdmin):
 
     @admin.display(description="Figures of this step")
     def figures(self, version: Canary) -> str:
-        since = version.canary_step_started_at or version.canary_started_at or timezone.now()
-        return json.dumps(version_figures(version=version, since=since).as_dict())
+        return json.dumps(canary_step_figures(version=version).as_dict())
 
     @admin.action(description="Promote: make stable", permissions=["operate"])
     def promote(self, request: HttpRequest, queryset: QuerySet[Canary]) -> None:
@@ -285,50 +288,44 @@ class CanaryAdmin(OperatorActions, admin.ModelAdmin):
         messages.success(request, f"Rolled back: {rolled_back}.")
 
 
-@admin.register(NodeBreaker)
-class NodeBreakerAdmin(OperatorActions, admin.ModelAdmin):
-    """Every node's circuit breaker as gateways see it in Redis; operators can close one."""
+def _breaker_columns() -> list[Callable[[NodeBreaker], object]]:
+    """The breaker columns of one request's list. The ModelAdmin is one instance that every
+    request shares, so what they read from Redis (once, at the first row shown) stays with
+    these columns, which get_list_display makes for each request."""
+    breakers = functools.cache(node_breakers)
 
-    list_display = ["name", "status", "breaker_state", "breaker_failures", "breaker_opened"]
-    actions = ["reset"]
-
-    def get_queryset(self, request: HttpRequest) -> QuerySet:
-        self._breakers = {
-            int(node): Breaker.parse(raw)
-            for node, raw in sync_redis().hgetall(breakers_key()).items()
-        }
-        return super().get_queryset(request)
-
-    def _breaker(self, node: NodeBreaker) -> Breaker | None:
-        return getattr(self, "_breakers", {}).get(node.id)
+    def breaker(node: NodeBreaker) -> BreakerView:
+        return breakers().get(node.id, CLOSED_BREAKER)
 
     @admin.display(description="Breaker")
-    def breaker_state(self, node: NodeBreaker) -> str:
-        breaker = self._breaker(node)
-        if breaker is None:
-            return BreakerState.CLOSED
-        return breaker.current(now(), settings.DMX_BREAKER_COOLDOWN_SECONDS)
+    def breaker_state(node: NodeBreaker) -> str:
+        return breaker(node).state
 
     @admin.display(description="Failures")
-    def breaker_failures(self, node: NodeBreaker) -> int:
-        breaker = self._breaker(node)
-        return breaker.failures if breaker else 0
+    def breaker_failures(node: NodeBreaker) -> int:
+        return breaker(node).failures
 
     @admin.display(description="Opened at")
-    def breaker_opened(self, node: NodeBreaker) -> str:
-        breaker = self._breaker(node)
-        if breaker is None or not breaker.opened_at:
-            return ""
-        return datetime.fromtimestamp(breaker.opened_at, tz=UTC).isoformat(timespec="seconds")
+    def breaker_opened(node: NodeBreaker) -> str:
+        opened_at = breaker(node).opened_at
+        return opened_at.isoformat(timespec="seconds") if opened_at else ""
+
+    return [breaker_state, breaker_failures, breaker_opened]
+
+
+@admin.register(NodeBreaker)
+class NodeBreakerAdmin(OperatorActions, ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Every node's circuit breaker as gateways see it in Redis; operators can close one."""
+
+    list_display = ["name", "status"]  # and the breaker's columns: get_list_display
+    actions = ["reset"]
+    console_refuses = ("add", "change")
+
+    def get_list_display(self, request: HttpRequest) -> list[str | Callable[[NodeBreaker], object]]:
+        return [*super().get_list_display(request), *_breaker_columns()]
 
     @admin.action(description="Reset (close) the selected breakers", permissions=["operate"])
     def reset(self, request: HttpRequest, queryset: QuerySet[NodeBreaker]) -> None:
         for node in queryset:
             breaker_reset(node_id=node.id)
         messages.success(request, "Breakers reset.")
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
-        return False

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from apps.hardware.fleet import NodeSnapshot, now
+from apps.hardware.nodestate import NodeSnapshot, now
 
 
 class FleetView:
@@ -64,11 +64,12 @@ class FleetView:
         nodes = self.live_nodes(model)
         if not nodes:
             return None
-        return sum(node.kv_cache_usage for node in nodes) / len(nodes)
+        return sum(node.engine.kv_cache_usage for node in nodes) / len(nodes)
 
     def queued(self, node: NodeSnapshot) -> int:
         """Requests on a node: what it reported plus what this process sent since."""
-        return node.num_requests_running + node.num_requests_waiting + self.inflight[node.id]
+        engine = node.engine
+        return engine.num_requests_running + engine.num_requests_waiting + self.inflight[node.id]
 
     def others_on(self, node: NodeSnapshot, *, since: float) -> int:
         """Requests on a node besides one of this process's, in flight there since `since`
@@ -76,7 +77,7 @@ class FleetView:
         (other gateways' requests only the engine sees). The engine counts ours too when its
         heartbeat came after we sent it; one from before cannot."""
         latest = self.get(node.id) or node
-        engine = latest.num_requests_running + latest.num_requests_waiting
+        engine = latest.engine.num_requests_running + latest.engine.num_requests_waiting
         if latest.heartbeat_at > since:
             engine -= 1
         return max(self.inflight[node.id] - 1, engine, 0)

@@ -15,7 +15,7 @@ from django.conf import settings
 from prometheus_client.core import GaugeMetricFamily, StateSetMetricFamily
 from redis.exceptions import RedisError
 
-from apps.hardware.fleet import NodeSnapshot, now
+from apps.hardware.nodestate import NodeSnapshot, now
 from apps.hardware.resources import node_view
 from apps.hardware.selectors import fleet_read_decode, fleet_read_queue
 from apps.routing.breaker import CLOSED, Breaker, BreakerState, breakers_key
@@ -81,9 +81,9 @@ class FleetCollector(ScrapeTimeCollector):
         for node in nodes:
             labels = [node.name, node.model, node.status]
             families["age"].add_metric(labels, max(t - node.heartbeat_at, 0.0))
-            families["running"].add_metric(labels, node.num_requests_running)
-            families["waiting"].add_metric(labels, node.num_requests_waiting)
-            families["kv"].add_metric(labels, node.kv_cache_usage)
+            families["running"].add_metric(labels, node.engine.num_requests_running)
+            families["waiting"].add_metric(labels, node.engine.num_requests_waiting)
+            families["kv"].add_metric(labels, node.engine.kv_cache_usage)
             families["drained"].add_metric(labels, float(node.drained))
             families["live"].add_metric(labels, float(node.is_live(now=t, stale_after=stale)))
         yield from families.values()

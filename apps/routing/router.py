@@ -26,8 +26,7 @@ from dataclasses import dataclass, field
 
 from django.conf import settings
 
-from apps.hardware.choices import NodeStatus
-from apps.hardware.fleet import NodeSnapshot
+from apps.hardware.nodestate import NodeSnapshot
 from apps.models.catalog import ModelEntry
 from apps.routing.breaker import CLOSED, BreakerBoard, BreakerState
 from apps.routing.fleet import FleetView
@@ -159,7 +158,7 @@ def _not_drained(ctx: _Context, node: NodeSnapshot) -> bool:
 
 
 def _kv_headroom(ctx: _Context, node: NodeSnapshot) -> bool:
-    return node.kv_cache_usage < ctx.limits.kv_cache_limit
+    return node.engine.kv_cache_usage < ctx.limits.kv_cache_limit
 
 
 def _cool_enough(ctx: _Context, node: NodeSnapshot) -> bool:
@@ -167,7 +166,7 @@ def _cool_enough(ctx: _Context, node: NodeSnapshot) -> bool:
 
 
 def _kv_score(ctx: _Context, node: NodeSnapshot) -> float:
-    return 1.0 - node.kv_cache_usage
+    return 1.0 - node.engine.kv_cache_usage
 
 
 def _bandwidth_score(ctx: _Context, node: NodeSnapshot) -> float:
@@ -217,7 +216,7 @@ STANDING_SCORERS: tuple[tuple[str, Scorer], ...] = (
 
 
 def _live(ctx: _Context, node: NodeSnapshot) -> bool:
-    return node.status == NodeStatus.UP and ctx.now - node.heartbeat_at <= ctx.fleet.stale_after
+    return node.is_up(now=ctx.now, stale_after=ctx.fleet.stale_after)
 
 
 def _breaker(ctx: _Context, node: NodeSnapshot) -> bool:
@@ -241,12 +240,12 @@ def _not_saturated(ctx: _Context, node: NodeSnapshot) -> bool:
     # requests wait in its queue before the next heartbeat can say so. A node whose batch size is
     # unknown has every request in flight counted as queued, the cautious reading.
     inflight = ctx.fleet.inflight.get(node.id, 0)
-    queued = node.num_requests_waiting + max(inflight - node.max_num_seqs, 0)
+    queued = node.engine.num_requests_waiting + max(inflight - node.max_num_seqs, 0)
     return queued < ctx.limits.saturation_queue
 
 
 def _queue_score(ctx: _Context, node: NodeSnapshot) -> float:
-    queued = node.num_requests_running + node.num_requests_waiting
+    queued = node.engine.num_requests_running + node.engine.num_requests_waiting
     return 1.0 / (1.0 + (queued + ctx.fleet.inflight.get(node.id, 0)) / QUEUE_HALF_SCORE)
 
 
@@ -280,14 +279,14 @@ def node_latency_p95(stats: GatewayStats, node: NodeSnapshot) -> float | None:
     figures = stats.figures(node.id)
     if figures is not None and figures.latency_p95_ms is not None:
         return figures.latency_p95_ms
-    return node.e2e_p95_ms
+    return node.engine.e2e_p95_ms
 
 
 def cost_per_1k_tokens(node: NodeSnapshot) -> float | None:
     """USD per 1,000 generated tokens: the node's hourly price over its measured throughput."""
-    if node.hourly_price_usd <= 0 or node.generation_tokens_per_second <= 0:
+    if node.hourly_price_usd <= 0 or node.engine.generation_tokens_per_second <= 0:
         return None
-    return node.hourly_price_usd / (node.generation_tokens_per_second * 3.6)
+    return node.hourly_price_usd / (node.engine.generation_tokens_per_second * 3.6)
 
 
 def mix64(key: int, node_id: int) -> int:

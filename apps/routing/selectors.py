@@ -1,20 +1,26 @@
-"""Reads for routing: the routing table, canary figures, the usage behind nightly weights."""
+"""Reads for routing: the routing table, canary figures, breakers, the usage behind nightly
+weights."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
+from django.conf import settings
 from django.db.models import QuerySet
+from django.utils import timezone
 
 from apps.hardware.models import Node
+from apps.hardware.nodestate import now
 from apps.hardware.resources import summarize
 from apps.keys.choices import UsageStatus
 from apps.keys.models import UsageRecord
 from apps.models.models import ModelVersion
+from apps.routing.breaker import Breaker, BreakerState, breakers_key
 from apps.routing.models import Canary, RoutingDecision, RoutingRule
 from apps.routing.table import Route, RoutingTable
+from dmxplatform.redis_client import sync_redis
 
 
 def routing_table_load(*, version: int) -> RoutingTable:
@@ -87,6 +93,40 @@ def version_figures(*, version: ModelVersion, since: datetime) -> VersionFigures
     errors = sum(1 for status, _ in rows if status == UsageStatus.UPSTREAM_ERROR)
     latencies = [duration for status, duration in rows if status == UsageStatus.OK]
     return VersionFigures(requests=len(rows), errors=errors, latency_p95_ms=p95(latencies))
+
+
+def canary_step_figures(*, version: ModelVersion) -> VersionFigures:
+    """A canary's figures over its ramp's current step (the step a canary started before ramps
+    existed has run since its start)."""
+    since = version.canary_step_started_at or version.canary_started_at or timezone.now()
+    return version_figures(version=version, since=since)
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerView:
+    state: BreakerState
+    failures: int
+    opened_at: datetime | None
+
+
+CLOSED_BREAKER = BreakerView(state=BreakerState.CLOSED, failures=0, opened_at=None)
+
+
+def node_breakers() -> dict[int, BreakerView]:
+    """Every node's circuit breaker as gateways see it in Redis now, by node id; a node not
+    in it has a closed breaker (CLOSED_BREAKER)."""
+    moment = now()
+    breakers = {}
+    for node, raw in sync_redis().hgetall(breakers_key()).items():
+        breaker = Breaker.parse(raw)
+        breakers[int(node)] = BreakerView(
+            state=breaker.current(moment, settings.DMX_BREAKER_COOLDOWN_SECONDS),
+            failures=breaker.failures,
+            opened_at=(
+                datetime.fromtimestamp(breaker.opened_at, tz=UTC) if breaker.opened_at else None
+            ),
+        )
+    return breakers
 
 
 def node_hourly_prices() -> dict[str, float]:

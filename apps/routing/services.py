@@ -2,11 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
-import itertools
 from collections import defaultdict
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -15,10 +12,17 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from apps.hardware.fleet import now
 from apps.hardware.models import Node
-from apps.models.models import LlmModel, ModelVersion
-from apps.models.services import catalog_invalidate
+from apps.hardware.nodestate import now
+from apps.models.models import ModelVersion
+from apps.models.services import (
+    CanaryGates,
+    model_version_canary_advance,
+    model_version_canary_promote,
+    model_version_canary_rollback,
+    model_version_canary_start,
+    model_version_lock,
+)
 from apps.routing.breaker import Breaker, BreakerState, breakers_key, probe_key
 from apps.routing.choices import CanaryAction, RecomputationStatus
 from apps.routing.decisions import DECISION_STREAM, DecisionEvent
@@ -77,93 +81,16 @@ def breaker_reset(*, node_id: int) -> None:
 
 
 # Canaries --------------------------------------------------------------------------------------
-
-# Percentages are stored with two decimals (ModelVersion.canary_percent).
-PERCENT = Decimal("0.01")
-# A ramp longer than this is not a plan an operator follows step by step.
-MAX_CANARY_STEPS = 20
+# The versions' canary fields are the model registry's to change (apps.models.services); what
+# routing adds is the log of each move (CanaryEvent), with the traffic figures it was made on.
 
 
-@dataclass(frozen=True, slots=True)
-class CanaryGates:
-    """What each step of a canary's ramp must show to advance: at least `min_requests`
-    served, an error rate at most `error_tolerance` above the stable versions', and a P95
-    latency within `latency_p95_ms` (None once filled: the stable versions' P95 plus a tenth).
-
-    A gate given as None is its default, which `filled` puts in: the one place defaults are.
-    """
-
-    min_requests: int | None = None
-    error_tolerance: float | None = None
-    latency_p95_ms: int | None = None
-
-    def filled(self, model: LlmModel) -> CanaryGates:
-        """These gates, each one not given taken from DMX_CANARY_MIN_REQUESTS,
-        DMX_CANARY_ERROR_TOLERANCE or the model's latency SLA."""
-        return CanaryGates(
-            min_requests=(
-                settings.DMX_CANARY_MIN_REQUESTS if self.min_requests is None else self.min_requests
-            ),
-            error_tolerance=(
-                settings.DMX_CANARY_ERROR_TOLERANCE
-                if self.error_tolerance is None
-                else self.error_tolerance
-            ),
-            latency_p95_ms=(
-                model.sla_latency_p95_ms if self.latency_p95_ms is None else self.latency_p95_ms
-            ),
-        )
-
-    @classmethod
-    def of(cls, version: ModelVersion) -> CanaryGates:
-        """The gates a canary runs under: those it started with (canary_start stores them
-        filled), the defaults for a canary started before there were gates."""
-        stored = cls(
-            min_requests=version.canary_min_requests,
-            error_tolerance=version.canary_error_tolerance,
-            latency_p95_ms=version.canary_latency_p95_ms,
-        )
-        return stored.filled(version.model)
-
-    def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-
-def _ramp(percent: Decimal | float, steps: Sequence[Decimal | float]) -> list[Decimal]:
-    first, *rest = (Decimal(str(p)) for p in (percent, *steps))
-
-    def share(p: Decimal) -> bool:
-        return p.is_finite() and 0 < p <= 100
-
-    if not share(first):
-        raise ValidationError({"percent": "A canary takes more than 0% and at most 100%."})
-    if len(rest) >= MAX_CANARY_STEPS:
-        raise ValidationError({"steps": f"At most {MAX_CANARY_STEPS - 1} steps after the first."})
-    ramp = [p.quantize(PERCENT) for p in (first, *rest) if share(p)]
-    if len(ramp) != 1 + len(rest) or any(b <= a for a, b in itertools.pairwise(ramp)):
-        raise ValidationError(
-            {"steps": "Each step takes more than the one before it, up to 100%, e.g. 25, 50, 100."}
-        )
-    return ramp
-
-
-def _version_locked(version_id: int) -> ModelVersion:
-    """The version as it is now, its row locked until the transaction ends: a canary's
-    start, evaluation, promotion and rollback each judge it on this, one at a time."""
-    return (
-        ModelVersion.objects.select_for_update(of=("self",))
-        .select_related("model")
-        .get(id=version_id)
+def _canary_event(
+    version: ModelVersion, action: str, figures: dict, *, automatic: bool, operator=None
+) -> CanaryEvent:
+    return CanaryEvent.objects.create(
+        version=version, action=action, automatic=automatic, figures=figures, operator=operator
     )
-
-
-def _canary_locked(version_id: int) -> ModelVersion:
-    """The version locked (_version_locked), refused unless it is still a canary: another
-    operator or an evaluation may have promoted or rolled it back since the caller read it."""
-    locked = _version_locked(version_id)
-    if not locked.is_canary:
-        raise ValidationError({"version": f"{locked} is no longer a canary."})
-    return locked
 
 
 @transaction.atomic
@@ -175,122 +102,38 @@ def canary_start(
     gates: CanaryGates | None = None,
     operator=None,
 ) -> ModelVersion:
-    """Send `percent` of the model's traffic to a version, then each of `steps` in turn as the
-    previous one passes its gates (canary_evaluate); a gate not given is its default
-    (CanaryGates.filled), stored with the others so that the canary keeps the gates it
-    started with.
-    """
-    ramp = _ramp(percent, steps)
-    version = _version_locked(version.id)
-    if version.is_canary:
-        raise ValidationError({"version": f"{version} is a canary already."})
-    others = ModelVersion.objects.filter(model=version.model, is_stable=True, is_active=True)
-    if not others.exclude(id=version.id).exists():
-        raise ValidationError(
-            {"version": f"{version.model} has no other stable version to take the rest."}
-        )
-    gates = (gates or CanaryGates()).filled(version.model)
-    moment = timezone.now()
-    version.is_stable = False
-    version.canary_percent = ramp[0]
-    version.canary_steps = [float(p) for p in ramp]
-    version.canary_step = 0
-    version.canary_started_at = version.canary_step_started_at = moment
-    version.canary_min_requests = gates.min_requests
-    version.canary_error_tolerance = gates.error_tolerance
-    version.canary_latency_p95_ms = gates.latency_p95_ms
-    version.full_clean()
-    version.save(
-        update_fields=[
-            "is_stable",
-            "canary_percent",
-            "canary_steps",
-            "canary_step",
-            "canary_started_at",
-            "canary_step_started_at",
-            "canary_min_requests",
-            "canary_error_tolerance",
-            "canary_latency_p95_ms",
-        ]
-    )
-    catalog_invalidate()
-    CanaryEvent.objects.create(
-        version=version,
-        action=CanaryAction.START,
-        automatic=False,
-        figures={"steps": version.canary_steps, "gates": gates.as_dict()},
-        operator=operator,
-    )
+    """Start a canary on its ramp and gates (model_version_canary_start), recorded as the
+    operator's."""
+    version = model_version_canary_start(version=version, percent=percent, steps=steps, gates=gates)
+    figures = {"steps": version.canary_steps, "gates": CanaryGates.of(version).as_dict()}
+    _canary_event(version, CanaryAction.START, figures, automatic=False, operator=operator)
     return version
 
 
-def _canary_figures(version: ModelVersion) -> dict:
-    """What an operator's promotion or rollback is recorded with: the canary's figures since
+def _canary_moved_by_operator(
+    move: Callable[..., ModelVersion], action: str, version: ModelVersion, operator
+) -> CanaryEvent:
+    """Make an operator's move (promotion, rollback), recorded with the canary's figures since
     it started."""
-    return version_figures(version=version, since=version.canary_started_at).as_dict()
+    version = move(version=version)
+    figures = version_figures(version=version, since=version.canary_started_at).as_dict()
+    return _canary_event(version, action, figures, automatic=False, operator=operator)
 
 
 @transaction.atomic
 def canary_promote(*, version: ModelVersion, operator=None) -> CanaryEvent:
     """Make a canary the model's only stable version (a 400 if it is no longer a canary)."""
-    version = _canary_locked(version.id)
-    return _canary_promote(version, _canary_figures(version), automatic=False, operator=operator)
+    return _canary_moved_by_operator(
+        model_version_canary_promote, CanaryAction.PROMOTE, version, operator
+    )
 
 
 @transaction.atomic
 def canary_rollback(*, version: ModelVersion, operator=None) -> CanaryEvent:
     """Take all traffic off a canary; its nodes stay up for an operator to inspect (a 400 if
     it is no longer a canary)."""
-    version = _canary_locked(version.id)
-    return _canary_rollback(version, _canary_figures(version), automatic=False, operator=operator)
-
-
-# The three below take a version its caller has locked (_canary_locked) in its transaction.
-
-
-def _canary_promote(
-    version: ModelVersion, figures: dict, *, automatic: bool, operator=None
-) -> CanaryEvent:
-    audited_update(
-        ModelVersion.objects.filter(model=version.model, is_stable=True).exclude(id=version.id),
-        is_stable=False,
-    )
-    version.is_stable = True
-    version.canary_percent = 0
-    version.save(update_fields=["is_stable", "canary_percent"])
-    catalog_invalidate()
-    return CanaryEvent.objects.create(
-        version=version,
-        action=CanaryAction.PROMOTE,
-        automatic=automatic,
-        figures=figures,
-        operator=operator,
-    )
-
-
-def _canary_rollback(
-    version: ModelVersion, figures: dict, *, automatic: bool, operator=None
-) -> CanaryEvent:
-    version.canary_percent = 0
-    version.save(update_fields=["canary_percent"])
-    catalog_invalidate()
-    return CanaryEvent.objects.create(
-        version=version,
-        action=CanaryAction.ROLLBACK,
-        automatic=automatic,
-        figures=figures,
-        operator=operator,
-    )
-
-
-def _canary_advance(version: ModelVersion, figures: dict) -> CanaryEvent:
-    version.canary_step += 1
-    version.canary_percent = Decimal(str(version.canary_steps[version.canary_step]))
-    version.canary_step_started_at = timezone.now()
-    version.save(update_fields=["canary_step", "canary_percent", "canary_step_started_at"])
-    catalog_invalidate()
-    return CanaryEvent.objects.create(
-        version=version, action=CanaryAction.STEP, automatic=True, figures=figures
+    return _canary_moved_by_operator(
+        model_version_canary_rollback, CanaryAction.ROLLBACK, version, operator
     )
 
 
@@ -319,9 +162,9 @@ def canary_evaluate(*, version_id: int) -> CanaryEvent | None:
     """
     # Locked until this evaluation commits: an operator's promotion or rollback (which lock the
     # row too and re-check it) or a second evaluation waits for it, and then finds what it did;
-    # one that committed first is what this one reads. Everything below judges and writes this
-    # one locked instance.
-    version = _version_locked(version_id)
+    # one that committed first is what this one reads. Everything below judges this locked
+    # instance, and the move it makes finds the row locked by this transaction already.
+    version = model_version_lock(version_id=version_id)
     if not version.is_canary or version.canary_started_at is None:
         return None
     since = version.canary_step_started_at or version.canary_started_at
@@ -346,11 +189,13 @@ def canary_evaluate(*, version_id: int) -> CanaryEvent | None:
         "error_tolerance": gates.error_tolerance,
     }
     if not (fast_enough and reliable):
-        return _canary_rollback(version, figures, automatic=True)
+        action, move = CanaryAction.ROLLBACK, model_version_canary_rollback
     # A canary started before ramps existed has no steps: its one step is its last.
-    if not version.canary_steps or version.canary_last_step:
-        return _canary_promote(version, figures, automatic=True)
-    return _canary_advance(version, figures)
+    elif not version.canary_steps or version.canary_last_step:
+        action, move = CanaryAction.PROMOTE, model_version_canary_promote
+    else:
+        action, move = CanaryAction.STEP, model_version_canary_advance
+    return _canary_event(move(version=version), action, figures, automatic=True)
 
 
 # The decision log ------------------------------------------------------------------------------

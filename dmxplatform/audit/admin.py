@@ -9,13 +9,17 @@ from __future__ import annotations
 from auditlog.admin import LogEntryAdmin
 from auditlog.models import LogEntry
 from django.contrib import admin
-from django.http import HttpRequest
+
+from dmxplatform.admin import ReadOnlyAdminMixin
 
 admin.site.unregister(LogEntry)
 
 
 @admin.register(LogEntry)
-class AuditLogEntryAdmin(LogEntryAdmin):
+class AuditLogEntryAdmin(ReadOnlyAdminMixin, LogEntryAdmin):
+    """Auditlog's view with deleting refused too: auditlog's allows it as a cascade from
+    elsewhere, and none cascades here (an actor's deletion sets the entry's actor to null)."""
+
     # Besides auditlog's (the object, the changes, the actor's names): the actor's address,
     # also as it was when they acted (actor_email outlives the user), and the object's id.
     search_fields = [*LogEntryAdmin.search_fields, "actor__email", "actor_email", "object_pk"]
@@ -37,8 +41,3 @@ class AuditLogEntryAdmin(LogEntryAdmin):
         ),
         ("Changes", {"fields": ["action", "msg"]}),
     ]
-
-    def has_delete_permission(self, request: HttpRequest, obj: LogEntry | None = None) -> bool:
-        # auditlog's allows deleting entries as a cascade from elsewhere; none cascades here
-        # (an actor's deletion sets the entry's actor to null).
-        return False

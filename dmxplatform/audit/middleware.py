@@ -13,7 +13,7 @@ from auditlog.middleware import AuditlogMiddleware
 from django.conf import settings
 from django.http import HttpRequest
 
-from apps.gateway.clients import Network, forwarded_address, is_trusted, trusted_networks
+from dmxplatform.clients import Network, forwarded_address, is_trusted, trusted_networks
 
 
 def _peer(request: HttpRequest) -> str | None:

@@ -1,17 +1,24 @@
 """Django core: apps, middleware, templates, static files, security."""
 
+from django.core.exceptions import ImproperlyConfigured
+
 from dmxplatform.env import BASE_DIR, env_bool, env_list, env_optional, env_str
 
 DEBUG = env_bool("DMX_DEBUG", False)
 
-# A development key only when DEBUG is on; production must set its own.
-SECRET_KEY = env_optional("DJANGO_SECRET_KEY") or (
-    "dev-insecure-secret-key-do-not-use-in-production" if DEBUG else None
-)
-if SECRET_KEY is None:
-    from django.core.exceptions import ImproperlyConfigured
 
-    raise ImproperlyConfigured("DJANGO_SECRET_KEY is required when DMX_DEBUG is off")
+def secret_from_env(name: str, development_value: str) -> str:
+    """Return the secret in `name`; `development_value` stands in only when DEBUG is on."""
+    value = env_optional(name) or (development_value if DEBUG else None)
+    if value is None:
+        raise ImproperlyConfigured(f"{name} is required when DMX_DEBUG is off")
+    return value
+
+
+# A development key only when DEBUG is on; production must set its own.
+SECRET_KEY = secret_from_env(
+    "DJANGO_SECRET_KEY", "dev-insecure-secret-key-do-not-use-in-production"
+)
 
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])

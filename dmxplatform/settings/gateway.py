@@ -1,9 +1,11 @@
 """The OpenAI-compatible gateway: keys, upstream timeouts, in-process state refresh."""
 
-from dmxplatform.env import env_float, env_int, env_list, env_str
+from dmxplatform.env import env_float, env_int, env_list
+from dmxplatform.settings.base import secret_from_env
 
-# HMAC key for API-key secrets: the database holds HMAC(pepper, secret), never the secret.
-DMX_KEY_PEPPER = env_str("DMX_KEY_PEPPER", "dev-pepper-change-me")
+# HMAC key for API-key secrets: the database holds HMAC(pepper, secret), never the secret. As
+# with SECRET_KEY, a development pepper only when DEBUG is on; production must set its own.
+DMX_KEY_PEPPER = secret_from_env("DMX_KEY_PEPPER", "dev-pepper-change-me")
 
 # How often each gateway process reloads fleet state and checks the catalog version, seconds.
 DMX_STATE_REFRESH_SECONDS = env_float("DMX_STATE_REFRESH_SECONDS", 0.5, minimum=0.05)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from apps.hardware.fleet import NodeSnapshot, fleet_key
 from apps.hardware.models import Node
+from apps.hardware.nodestate import NodeSnapshot, fleet_key
 from apps.hardware.services import node_register, node_token_authenticate
 from apps.keys.choices import TokenScope
 from apps.keys.keycache import KeyRecord, record_key

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.utils import timezone
 
-from apps.hardware.fleet import fleet_key
+from apps.hardware.nodestate import fleet_key
 from apps.keys.choices import QuotaPeriod
 from apps.keys.models import Plan, PlanQuota
 from apps.keys.ratelimit import period_bounds

@@ -23,8 +23,8 @@ from django.utils import timezone
 
 from apps.console import consumers
 from apps.hardware import broadcast
-from apps.hardware.fleet import TokenRecord, fleet_key, fleet_resources_key
 from apps.hardware.models import Node
+from apps.hardware.nodestate import TokenRecord, fleet_key, fleet_resources_key
 from apps.hardware.services import node_heartbeat_record, node_register, node_token_authenticate
 from apps.keys.models import ApiKey, UsageRecord
 from apps.keys.selectors import usage_minute_series

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from django.utils import timezone
 
-from apps.hardware.fleet import fleet_key, fleet_resources_key
+from apps.hardware.nodestate import fleet_key, fleet_resources_key
 from apps.keys.ratelimit import period_bounds
 from apps.models.models import LlmModel
 from dmxplatform.redis_client import rkey, sync_redis

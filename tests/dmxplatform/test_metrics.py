@@ -8,7 +8,7 @@ import time
 import orjson
 import pytest
 
-from apps.hardware.fleet import fleet_key, fleet_resources_key
+from apps.hardware.nodestate import fleet_key, fleet_resources_key
 from apps.routing.breaker import breakers_key
 from dmxplatform.redis_client import sync_redis
 from tests.hardware.test_resources import h100_view

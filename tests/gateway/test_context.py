@@ -10,8 +10,10 @@ from tests.routing.factories import make_fleet, make_model_entry, make_snapshot
 MODEL = make_model_entry(max_context_tokens=1000)
 
 
-def fleet(*usages: float):
-    return make_fleet(*(make_snapshot(max_model_len=1000, kv_cache_usage=u) for u in usages))
+def fleet(*usages: float) -> float | None:
+    """The KV-cache pressure routing reports for a fleet of nodes at these usages."""
+    nodes = (make_snapshot(max_model_len=1000, kv_cache_usage=u) for u in usages)
+    return make_fleet(*nodes).kv_pressure(MODEL.name)
 
 
 def test_full_context_below_the_watermark():

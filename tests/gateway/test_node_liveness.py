@@ -8,8 +8,8 @@ import pytest
 from django.conf import settings
 
 from apps.hardware.choices import NodeStatus
-from apps.hardware.fleet import NodeSnapshot, fleet_key
 from apps.hardware.models import Node
+from apps.hardware.nodestate import NodeSnapshot, fleet_key
 from dmxplatform.redis_client import sync_redis
 from tests.conftest import wait_until_served
 from tests.http import call
@@ -87,7 +87,7 @@ def test_sigterm_drains_in_flight_requests_then_reports_down(platform, committed
     thread = threading.Thread(target=long_request)
     thread.start()
     wait_for(
-        lambda: live_state_of(worker).num_requests_running > 0,
+        lambda: live_state_of(worker).engine.num_requests_running > 0,
         timeout=10,
         interval=0.05,
         what="the request to start",

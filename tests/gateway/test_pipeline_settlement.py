@@ -7,10 +7,13 @@ import threading
 
 import pytest
 
-from apps.gateway.pipeline import CompletionCall
+from apps.gateway import settlement
 from apps.gateway.runtime import GatewayRuntime
 from apps.gateway.schemas import Endpoint
+from apps.gateway.state import CompletionState
+from apps.keys.gate import KeyGate
 from dmxplatform.errors import RateLimitError, ServiceUnavailableError
+from dmxplatform.redis_client import resp_client
 from dmxplatform.spool import Spool, read_entries
 from tests.keys.factories import make_key_record
 
@@ -34,14 +37,15 @@ class SlowLimiter:
 
 
 class FakeRuntime:
+    """A runtime whose keys gate settles over SlowLimiter (and spools for real)."""
+
     def __init__(self, limiter, spool) -> None:
-        self.limiter = limiter
-        self.spool = spool
-        self.decision_sampler = None
+        self.gate = KeyGate(resp_client(), spool=spool)  # connects on first use: never here
+        self.gate.limiter = limiter
 
 
-def call_for(runtime) -> CompletionCall:
-    call = CompletionCall(Endpoint.CHAT, {"headers": []}, None, None)
+def call_for(runtime) -> CompletionState:
+    call = CompletionState(Endpoint.CHAT, {"headers": []}, None, None)
     call.key = make_key_record()
     return call
 
@@ -55,14 +59,14 @@ def test_a_relay_cancelled_while_its_settle_call_goes_out_loses_no_record(tmp_pa
     async def scenario():
         runtime = FakeRuntime(SlowLimiter(fails=fails), spool)
         call = call_for(runtime)
-        relay = asyncio.ensure_future(call._submit_settlement(runtime))
+        relay = asyncio.ensure_future(settlement.submit(call, runtime))
         await asyncio.sleep(0)
         relay.cancel()
         with pytest.raises(asyncio.CancelledError):
             await relay
-        runtime.limiter.release.set()
-        await call._confirm_settlement(runtime)  # every request ends with it
-        return runtime.limiter.calls, call
+        runtime.gate.limiter.release.set()
+        await settlement.confirm(call)  # every request ends with it
+        return runtime.gate.limiter.calls, call
 
     calls, call = asyncio.run(scenario())
     assert calls == 1

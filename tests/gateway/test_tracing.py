@@ -22,11 +22,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as SpanProto
 
 from apps.gateway import tracing
-from apps.gateway.pipeline import CompletionCall
 from apps.gateway.schemas import Endpoint
-from apps.gateway.stages import Stage, StageClock, TracedStageClock
-from apps.hardware.fleet import NodeSnapshot
+from apps.gateway.state import CompletionState
+from apps.hardware.nodestate import NodeSnapshot
 from apps.keys.models import UsageRecord
+from dmxplatform.stages import Stage, StageClock, TracedStageClock
 from inference.engine import EngineConfig
 from tests.conftest import RunningPlatform, wait_until_served
 from tests.models.factories import make_model
@@ -48,9 +48,9 @@ sys.meta_path.insert(0, Absent())
 import django
 django.setup()
 import apps.gateway.consumers
-from apps.gateway.pipeline import CompletionCall
+from apps.gateway.state import CompletionState
 from apps.gateway.schemas import Endpoint
-call = CompletionCall(Endpoint.CHAT, {"headers": []}, None, None)
+call = CompletionState(Endpoint.CHAT, {"headers": []}, None, None)
 call.trace.end(call)
 print(type(call.clock).__name__, any(m.startswith("opentelemetry") for m in sys.modules))
 """
@@ -165,7 +165,7 @@ def _node() -> NodeSnapshot:
 
 
 def test_off_by_default_tracing_costs_a_plain_clock_and_imports_nothing():
-    call = CompletionCall(Endpoint.CHAT, {"headers": []}, None, None)
+    call = CompletionState(Endpoint.CHAT, {"headers": []}, None, None)
     assert call.trace is tracing.UNTRACED and call.trace.trace_id == ""
     assert type(call.clock) is StageClock
     assert call.trace.upstream_call(_node(), "/v1/chat/completions").traceparent == b""
@@ -183,7 +183,7 @@ def test_off_by_default_tracing_costs_a_plain_clock_and_imports_nothing():
 
 
 def test_a_traced_request_has_a_span_per_stage_and_per_upstream_call(traced):
-    call = CompletionCall(Endpoint.CHAT, {"headers": []}, None, None)
+    call = CompletionState(Endpoint.CHAT, {"headers": []}, None, None)
     assert isinstance(call.clock, TracedStageClock)
     trace_id = call.trace.trace_id
     assert len(trace_id) == 32 and int(trace_id, 16)
@@ -228,7 +228,7 @@ def test_a_traced_request_has_a_span_per_stage_and_per_upstream_call(traced):
 def test_an_unsampled_request_records_nothing_and_tells_vllm_so(traced, settings):
     settings.DMX_OTEL_SAMPLE_RATIO = 0.0
     tracing._tracer.cache_clear()
-    call = CompletionCall(Endpoint.CHAT, {"headers": []}, None, None)
+    call = CompletionState(Endpoint.CHAT, {"headers": []}, None, None)
     assert call.trace.trace_id == "" and type(call.clock) is StageClock
     upstream = call.trace.upstream_call(_node(), Endpoint.CHAT.path)
     flags = upstream.traceparent.decode().rstrip().rsplit("-", 1)[1]
@@ -237,7 +237,7 @@ def test_an_unsampled_request_records_nothing_and_tells_vllm_so(traced, settings
     call.trace.end(call)
     settings.DMX_OTEL_SAMPLE_RATIO = 1.0
     tracing._tracer.cache_clear()
-    sampled = CompletionCall(Endpoint.CHAT, {"headers": []}, None, None)
+    sampled = CompletionState(Endpoint.CHAT, {"headers": []}, None, None)
     sampled.trace.end(sampled)
     wait_for(lambda: traced.of_trace(sampled.trace.trace_id), timeout=10, what="a sampled span")
     assert all(span.trace_id == sampled.trace.trace_id for span in traced.spans)

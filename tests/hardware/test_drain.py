@@ -15,8 +15,8 @@ from django.contrib import admin
 from redis.exceptions import RedisError
 
 from apps.hardware import admin as hardware_admin
-from apps.hardware.fleet import NodeSnapshot, TokenRecord, fleet_key
 from apps.hardware.models import Node
+from apps.hardware.nodestate import NodeSnapshot, TokenRecord, fleet_key
 from apps.hardware.selectors import fleet_snapshots
 from apps.hardware.services import (
     node_drain,
@@ -101,7 +101,7 @@ def test_a_drain_reaches_the_live_state_and_keeps_its_load(node, token, publish)
     snapshot = live(node)
     assert node.drained and snapshot.drained
     # Onto the live snapshot: the load the heartbeat reported is not set back to the row's.
-    assert snapshot.num_requests_running == 3 and node.num_requests_running == 0
+    assert snapshot.engine.num_requests_running == 3 and node.num_requests_running == 0
     assert not snapshot.is_live(now=snapshot.heartbeat_at, stale_after=60)
 
 
@@ -109,7 +109,7 @@ def test_the_drain_survives_heartbeats(node, token, publish):
     with publish():
         node_drain(node=node)
     after = heartbeat(node, token, running=2)
-    assert after.drained and after.num_requests_running == 2
+    assert after.drained and after.engine.num_requests_running == 2
     assert live(node).drained
 
 

@@ -9,8 +9,8 @@ from rest_framework.test import APIClient
 
 from apps.hardware.choices import NodeStatus
 from apps.hardware.consumers import NodeHeartbeatEndpoint
-from apps.hardware.fleet import NodeSnapshot, fleet_key, node_token_key
 from apps.hardware.models import Node
+from apps.hardware.nodestate import NodeSnapshot, fleet_key, node_token_key
 from apps.hardware.services import nodes_sync
 from dmxplatform.redis_client import sync_redis
 from inference.wire import TokenizerUpload, tokenizer_digest
@@ -184,7 +184,8 @@ def test_heartbeat_lands_in_redis_at_once_and_in_the_database_on_sync(registered
         {"node_id": registered, "status": "draining", "drained": False},
     )
     snapshot = live_state(registered)
-    assert (snapshot.status, snapshot.num_requests_running, snapshot.num_requests_waiting) == (
+    engine = snapshot.engine
+    assert (snapshot.status, engine.num_requests_running, engine.num_requests_waiting) == (
         "draining",
         3,
         1,

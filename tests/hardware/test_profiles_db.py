@@ -11,8 +11,8 @@ from django.contrib.admin.sites import site
 from django.core.management import CommandError, call_command
 from django.test import RequestFactory
 
-from apps.hardware.fleet import NodeSnapshot, fleet_key
 from apps.hardware.models import HardwareProfile
+from apps.hardware.nodestate import NodeSnapshot, fleet_key
 from apps.hardware.profiles import profile_fields
 from apps.hardware.services import (
     hardware_profile_update,

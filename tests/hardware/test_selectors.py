@@ -9,8 +9,8 @@ import logging
 import orjson
 import pytest
 
-from apps.hardware.fleet import fleet_key, fleet_resources_key
 from apps.hardware.models import Node
+from apps.hardware.nodestate import fleet_key, fleet_resources_key
 from apps.hardware.selectors import fleet_read, fleet_snapshots, models_available, node_states
 from apps.hardware.services import node_register, node_token_authenticate
 from dmxplatform.redis_client import sync_redis

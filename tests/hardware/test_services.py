@@ -5,14 +5,15 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from apps.hardware.choices import NodeStatus
-from apps.hardware.fleet import NodeSnapshot, fleet_key
 from apps.hardware.models import Node
+from apps.hardware.nodestate import NodeSnapshot, fleet_key
 from apps.hardware.services import node_register, node_token_authenticate, nodes_sync
 from dmxplatform.errors import AuthenticationError
 from dmxplatform.redis_client import sync_redis
 from inference.wire import Registration
 from tests.hardware.factories import make_node_token
 from tests.models.factories import make_model
+from tests.routing.factories import with_engine
 
 pytestmark = pytest.mark.django_db
 
@@ -66,7 +67,7 @@ def test_sync_writes_only_the_rows_whose_live_state_moved(django_capture_on_comm
     busy = register("unit-busy", django_capture_on_commit_callbacks)
     client = sync_redis()
     old = NodeSnapshot.decode(client.hget(fleet_key(), str(busy.id)))
-    moved = dataclasses.replace(old, heartbeat_at=old.heartbeat_at + 1, num_requests_running=5)
+    moved = with_engine(old, heartbeat_at=old.heartbeat_at + 1, num_requests_running=5)
     client.hset(fleet_key(), str(busy.id), moved.encode())
 
     with CaptureQueriesContext(connection) as queries:

@@ -1,19 +1,35 @@
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import time
 
-from apps.hardware.fleet import NodeSnapshot
+from apps.hardware.nodestate import NodeSnapshot
 from apps.models.catalog import ModelEntry, VersionEntry
 from apps.routing.breaker import BreakerBoard
 from apps.routing.fleet import FleetView
 from apps.routing.router import Router, RouteRequest
 from apps.routing.stats import GatewayStats
+from inference.wire import EngineLoad
 
 _ids = itertools.count(1)
 
 
+_ENGINE_FIELDS = frozenset(f.name for f in dataclasses.fields(EngineLoad))
+
+
+def with_engine(snapshot: NodeSnapshot, **changes) -> NodeSnapshot:
+    """The snapshot with `changes`, its engine load's fields among them."""
+    engine = {name: changes.pop(name) for name in list(changes) if name in _ENGINE_FIELDS}
+    if engine:
+        changes["engine"] = dataclasses.replace(snapshot.engine, **engine)
+    return dataclasses.replace(snapshot, **changes)
+
+
 def make_snapshot(**overrides) -> NodeSnapshot:
+    """A node's snapshot; engine load fields (num_requests_running, kv_cache_usage...) may be
+    given among the others."""
+    engine = {name: overrides.pop(name) for name in list(overrides) if name in _ENGINE_FIELDS}
     node_id = overrides.pop("id", next(_ids))
     fields = dict(
         id=node_id,
@@ -28,7 +44,7 @@ def make_snapshot(**overrides) -> NodeSnapshot:
         heartbeat_at=time.time(),
     )
     fields.update(overrides)
-    return NodeSnapshot(**fields)
+    return NodeSnapshot(**fields, engine=EngineLoad(**engine))
 
 
 def make_model_entry(versions=None, **overrides) -> ModelEntry:

@@ -15,7 +15,7 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-from apps.hardware.fleet import NodeSnapshot
+from apps.hardware.nodestate import NodeSnapshot
 from apps.routing.breaker import BreakerBoard
 from apps.routing.fleet import FleetView
 from apps.routing.router import Router, RouteRequest

@@ -3,6 +3,7 @@
 import pytest
 
 from apps.routing.breaker import BreakerBoard, BreakerState, breakers_key
+from apps.routing.dispatcher import Dispatcher
 from apps.routing.services import breaker_reset
 from dmxplatform.redis_client import sync_redis
 from tests.keys.factories import run_with_redis
@@ -103,27 +104,26 @@ def test_an_operator_can_reset_a_breaker(settings):
 def slow_outcomes(
     settings, *, nodes, node, others_inflight=0, sla_ms=None, ttft_ms=5000.0, prompt_tokens=100
 ):
-    """Three slow first tokens on `node` observed by a gateway runtime; the breaker's state."""
-    from apps.gateway.runtime import GatewayRuntime
+    """Three slow first tokens on `node` observed by a gateway's dispatcher; the breaker's
+    state."""
 
     settings.DMX_BREAKER_FAILURES = 3
     settings.DMX_BREAKER_SLOW_TTFT_SECONDS = 2.0
     settings.DMX_BREAKER_SLOW_SLA_FACTOR = 4.0
 
     async def scenario(redis):
-        runtime = GatewayRuntime()
-        runtime.breakers = BreakerBoard(redis)
-        runtime.fleet.replace({str(n.id).encode(): n.encode() for n in nodes})
-        runtime.fleet.inflight[node.id] = 1 + others_inflight  # ours and the others
+        dispatcher = Dispatcher(redis)
+        dispatcher.fleet.replace({str(n.id).encode(): n.encode() for n in nodes})
+        dispatcher.fleet.inflight[node.id] = 1 + others_inflight  # ours and the others
         model = make_model_entry(sla_ttft_p95_ms=sla_ms)
         for _ in range(3):
-            await runtime.observe(
+            await dispatcher.observe(
                 node,
                 failed=False,
                 ttft_ms=ttft_ms,
                 model=model,
                 prompt_tokens=prompt_tokens,
-                others_on_node=runtime.fleet.others_on(node, since=0.0),
+                others_on_node=dispatcher.fleet.others_on(node, since=0.0),
             )
         return (await refreshed(redis, BreakerBoard(redis))).state(node.id)
 

@@ -12,11 +12,10 @@ from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from apps.models.models import ModelVersion
-from apps.models.services import model_version_create
+from apps.models.services import CanaryGates, model_version_create
 from apps.routing.choices import CanaryAction
 from apps.routing.models import CanaryEvent
 from apps.routing.services import (
-    CanaryGates,
     canary_evaluate,
     canary_promote,
     canary_rollback,

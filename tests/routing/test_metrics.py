@@ -7,7 +7,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
-from apps.hardware.fleet import fleet_key, fleet_resources_key
+from apps.hardware.nodestate import fleet_key, fleet_resources_key
 from apps.routing.metrics import FleetCollector
 from dmxplatform.redis_client import sync_redis
 from tests.hardware.test_resources import h100_view

@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 
-from apps.hardware.fleet import NodeSnapshot, fleet_key
+from apps.hardware.nodestate import NodeSnapshot, fleet_key
 from apps.keys.models import UsageRecord
 from apps.models.models import ModelVersion
 from apps.routing.services import breaker_reset, canary_start
@@ -111,7 +111,7 @@ def test_load_on_a_node_sends_requests_to_the_other(platform, committed):
         thread.start()
     try:
         wait_for(
-            lambda: snapshot(busy.node_name).num_requests_running >= 10,
+            lambda: snapshot(busy.node_name).engine.num_requests_running >= 10,
             timeout=15,
             what="the busy node's heartbeat to show its load",
         )

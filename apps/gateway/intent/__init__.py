@@ -2,7 +2,8 @@
 
 The only module other code imports: `classify(text)` returns a Prediction (`.label`, one of
 LABELS, and `.confidence`, the model's probability for it); `load()` reads the model ahead of
-the first request. Training, data and evaluation live beside it for the management commands.
+the first request. Its offline tool chain (data, generation, training, evaluation) is tools/intent,
+in a repository checkout only; it writes artifacts/intent.npz, the one file read here.
 """
 
 from apps.gateway.intent.classifier import classify, load

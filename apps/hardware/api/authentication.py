@@ -5,7 +5,7 @@ from __future__ import annotations
 from rest_framework.authentication import BaseAuthentication, get_authorization_header
 from rest_framework.request import Request
 
-from apps.hardware.fleet import TokenRecord
+from apps.hardware.nodestate import TokenRecord
 from apps.hardware.services import node_token_authenticate
 from dmxplatform.credentials import bearer
 

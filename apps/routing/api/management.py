@@ -15,12 +15,11 @@ from apps.hardware.api.management import NodeMixin
 from apps.keys.api.auth import NewestFirst, OperatorApiMixin
 from apps.keys.api.filters import ManagementFilterSet
 from apps.models.models import MODEL_NAME_VALIDATOR, LlmModel, ModelVersion
+from apps.models.services import MAX_CANARY_STEPS, CanaryGates
 from apps.routing.choices import CanaryAction
 from apps.routing.models import Canary, NodeBreaker, RoutingRule, WeightRecomputation
 from apps.routing.selectors import canaries_running
 from apps.routing.services import (
-    MAX_CANARY_STEPS,
-    CanaryGates,
     breaker_reset,
     canary_promote,
     canary_rollback,

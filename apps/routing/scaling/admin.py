@@ -14,7 +14,7 @@ from apps.routing.choices import ScalingAction, ScalingTrigger
 from apps.routing.models import ScalingEvent, ScalingPolicy
 from apps.routing.scaling.scalers import policy_problems
 from apps.routing.scaling.services import scaling_evaluate
-from dmxplatform.admin import OperatorActions
+from dmxplatform.admin import OperatorActions, ReadOnlyAdminMixin
 from dmxplatform.errors import ApplicationError
 
 
@@ -72,7 +72,9 @@ class ScalingPolicyAdmin(OperatorActions, admin.ModelAdmin):
 
 
 @admin.register(ScalingEvent)
-class ScalingEventAdmin(admin.ModelAdmin):
+class ScalingEventAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Written by evaluations only."""
+
     list_display = [
         "created_at",
         "policy",
@@ -85,12 +87,3 @@ class ScalingEventAdmin(admin.ModelAdmin):
     list_filter = ["action", "trigger", "policy__model"]
     list_select_related = ["policy__model"]
     date_hierarchy = "created_at"
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False  # written by evaluations only
-
-    def has_change_permission(self, request: HttpRequest, obj: ScalingEvent | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: ScalingEvent | None = None) -> bool:
-        return False

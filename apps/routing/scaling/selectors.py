@@ -8,8 +8,8 @@ from django.conf import settings
 from django.db import connections
 from django.db.models import Count, QuerySet
 
-from apps.hardware.fleet import NodeSnapshot, fleet_key
-from apps.hardware.fleet import now as wall_clock
+from apps.hardware.nodestate import NodeSnapshot, fleet_key
+from apps.hardware.nodestate import now as wall_clock
 from apps.keys.choices import UsageStatus
 from apps.keys.models import UsageRecord
 from apps.routing.models import ScalingPolicy
@@ -57,7 +57,7 @@ def fleet_queue(*, model: str) -> tuple[int, int]:
         if node.model == model
         and node.is_live(now=moment, stale_after=settings.DMX_NODE_STALE_SECONDS)
     ]
-    return len(live), sum(node.num_requests_waiting for node in live)
+    return len(live), sum(node.engine.num_requests_waiting for node in live)
 
 
 def scaling_figures(*, policy: ScalingPolicy, now: datetime) -> Figures:

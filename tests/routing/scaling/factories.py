@@ -1,19 +1,20 @@
 from __future__ import annotations
 
-import dataclasses
 import uuid
 from collections.abc import Iterable
 from datetime import datetime
 
-from apps.hardware.fleet import NodeSnapshot, fleet_key, now
+from apps.hardware.nodestate import NodeSnapshot, fleet_key, now
 from apps.keys.choices import UsageStatus
 from apps.keys.models import UsageRecord
 from apps.models.models import LlmModel
 from apps.routing.choices import ScalerBackend
 from apps.routing.models import ScalingPolicy
 from dmxplatform.redis_client import sync_redis
+from inference.wire import EngineLoad
 from tests.keys.factories import make_api_key
 from tests.models.factories import make_model
+from tests.routing.factories import with_engine
 
 NAMESPACE = "inference"
 
@@ -91,7 +92,7 @@ def publish_node(
         served_model_name=model,
         max_model_len=2048,
         heartbeat_at=now() - age_seconds,
-        num_requests_waiting=waiting,
+        engine=EngineLoad(num_requests_waiting=waiting),
     )
     sync_redis().hset(fleet_key(), str(node_id), snapshot.encode())
     return snapshot
@@ -100,6 +101,6 @@ def publish_node(
 def update_node(snapshot: NodeSnapshot, **changes) -> NodeSnapshot:
     """Change a node in the fleet hash, as its next heartbeat would (fresh unless told)."""
     changes.setdefault("heartbeat_at", now())
-    snapshot = dataclasses.replace(snapshot, **changes)
+    snapshot = with_engine(snapshot, **changes)
     sync_redis().hset(fleet_key(), str(snapshot.id), snapshot.encode())
     return snapshot

@@ -19,8 +19,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.hardware.choices import NodeStatus
-from apps.hardware.fleet import NodeSnapshot, fleet_key
 from apps.hardware.models import Node
+from apps.hardware.nodestate import NodeSnapshot, fleet_key
 from apps.keys.models import UsageRecord
 from apps.models.models import LlmModel
 from apps.routing.choices import ScalerBackend, ScalingAction, ScalingTrigger

@@ -1,13 +1,17 @@
-"""Report the shipped intent model's accuracy on the held-out split and the hand-written set."""
+"""Report the shipped intent model's accuracy on the held-out split and the hand-written set.
+
+Runs from a repository checkout only: the evaluation code and data are tools/intent, not in the
+wheel.
+"""
 
 import json
 
 from django.core.management.base import BaseCommand
 
-from apps.gateway.intent.dataset import HELDOUT_FILE, NATURAL_FILE, load_examples
-from apps.gateway.intent.evaluate import evaluate, render
 from apps.gateway.intent.model import ARTIFACT_PATH, IntentModel
-from apps.gateway.intent.train import data_digest
+from tools.intent.dataset import HELDOUT_FILE, NATURAL_FILE, load_examples
+from tools.intent.evaluate import evaluate, render
+from tools.intent.train import data_digest
 
 
 class Command(BaseCommand):

@@ -1,14 +1,18 @@
-"""Retrain the intent model on the shipped training split and write its artifact."""
+"""Retrain the intent model on the shipped training split and write its artifact.
+
+Runs from a repository checkout only: the training code and data are tools/intent, not in the
+wheel.
+"""
 
 import time
 from pathlib import Path
 
 from django.core.management.base import BaseCommand
 
-from apps.gateway.intent.dataset import HELDOUT_FILE, load_examples
-from apps.gateway.intent.evaluate import evaluate
 from apps.gateway.intent.model import ARTIFACT_PATH
-from apps.gateway.intent.train import EPOCHS, SEED, train_from_files
+from tools.intent.dataset import HELDOUT_FILE, load_examples
+from tools.intent.evaluate import evaluate
+from tools.intent.train import EPOCHS, SEED, train_from_files
 
 
 class Command(BaseCommand):

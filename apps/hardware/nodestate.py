@@ -1,12 +1,17 @@
-"""Live node state as gateways see it: one Redis hash, written on every heartbeat.
+"""Live node state: one Redis hash of NodeSnapshots, written by this app on every heartbeat.
 
-Gateways poll it (apps.routing.fleet) instead of the database, so routing never waits on SQL.
+Gateways poll it (routing's FleetView, apps.routing.fleet) instead of the database, so routing
+never waits on SQL. The snapshot type lives with its writer: routing sits above hardware and
+reads it; hardware, which registers nodes and takes their heartbeats, must not import routing.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field
+from typing import Self
+
+import orjson
 
 from apps.hardware.choices import NodeStatus
 from dmxplatform.records import JsonRecord
@@ -32,11 +37,9 @@ class NodeSnapshot(JsonRecord):
     # An operator drained it (Node.drained): no new requests, in-flight ones finish. Heartbeats
     # keep it, since they change only what the worker reports.
     drained: bool = False
-    num_requests_running: int = 0
-    num_requests_waiting: int = 0
-    kv_cache_usage: float = 0.0
-    prefix_cache_queries: float = 0.0
-    prefix_cache_hits: float = 0.0
+    # The engine's load as its last heartbeat reported it (the wire type itself, so that the
+    # protocol and the snapshot grow together).
+    engine: EngineLoad = field(default_factory=EngineLoad)
     profile: str | None = None
     # The engine runs vLLM's priority scheduler, so requests may carry a priority.
     priority_scheduling: bool = False
@@ -49,30 +52,23 @@ class NodeSnapshot(JsonRecord):
     memory_bandwidth_utilization: float = 0.0
     temperature_c: float = 0.0
     hourly_price_usd: float = 0.0
-    # Engine statistics over the last heartbeat window (inference/engine_metrics.py).
-    ttft_p95_ms: float | None = None
-    e2e_p95_ms: float | None = None
-    generation_tokens_per_second: float = 0.0
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Self:
+        """Raises ValueError or TypeError for an entry that is not a snapshot (readers skip it)."""
+        data = orjson.loads(raw)
+        if not isinstance(data, dict):
+            raise TypeError(f"a node snapshot is a JSON object, not {type(data).__name__}")
+        data["engine"] = EngineLoad(**data.get("engine") or {})
+        return cls(**data)
+
+    def is_up(self, *, now: float, stale_after: float) -> bool:
+        """It says it is up and its last heartbeat is recent."""
+        return self.status == NodeStatus.UP and now - self.heartbeat_at <= stale_after
 
     def is_live(self, *, now: float, stale_after: float) -> bool:
-        """True when the node takes new requests: it says it is up, its last heartbeat is
-        recent, and no operator drained it."""
-        return (
-            self.status == NodeStatus.UP
-            and not self.drained
-            and now - self.heartbeat_at <= stale_after
-        )
-
-
-_ENGINE_FIELDS = tuple(
-    f.name for f in fields(EngineLoad) if f.name in {g.name for g in fields(NodeSnapshot)}
-)
-
-
-def engine_fields(engine: EngineLoad) -> dict[str, object]:
-    """The snapshot fields a heartbeat's engine load sets: every EngineLoad field the snapshot
-    has, so the wire protocol and the snapshot grow together without a list kept in between."""
-    return {name: getattr(engine, name) for name in _ENGINE_FIELDS}
+        """True when the node takes new requests: up, and no operator drained it."""
+        return not self.drained and self.is_up(now=now, stale_after=stale_after)
 
 
 def fleet_key() -> str:

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from apps.gateway.intent.dataset import DATA_DIR, TRAIN_FILE, Example, load_examples
 from apps.gateway.intent.features import BUCKETS, features
 from apps.gateway.intent.labels import LABELS
 from apps.gateway.intent.model import IntentModel, Provenance
+from tools.intent.dataset import DATA_DIR, TRAIN_FILE, Example, load_examples
 
 SEED = 1729
 # Chosen on the held-out parts of three other generator seeds' splits, never the shipped one.

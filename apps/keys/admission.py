@@ -6,7 +6,6 @@ import math
 
 from django.conf import settings
 
-from apps.gateway.schemas import CompletionRequest
 from apps.keys.errors import KeysErrorCode
 from apps.keys.keycache import KeyRecord
 from apps.keys.limiter import Limiter
@@ -24,22 +23,10 @@ from dmxplatform.resp import RedisUnavailable
 NEVER_FITS_RETRY_SECONDS = 60
 
 
-# Why a request may be refused before a node: a key limit's meter, or the gateway's own reasons
-# (counted in apps.gateway.runtime, apps.gateway.pipeline, apps.gateway.upstream). Each is in
-# /metrics from the start, so that rate() and alerts see the first refusal.
-REFUSAL_REASONS = (*Meter.ALL, "large_body", "queue_timeout", "no_capacity")
-for _reason in REFUSAL_REASONS:
-    metrics.gateway_refusals.labels(_reason)
-
-
-def reservation(request: CompletionRequest, prompt_tokens: int, context_limit: int) -> int:
-    """Tokens to hold for a request: its prompt plus the most it may generate."""
-    completion = request.max_tokens
-    if completion is None:
-        completion = min(
-            settings.DMX_DEFAULT_COMPLETION_RESERVE, max(context_limit - prompt_tokens, 0)
-        )
-    return prompt_tokens + completion * request.n
+# Each key limit's refusals are in /metrics from the start, so that rate() and alerts see the
+# first one (the gateway's and routing's own reasons are set where they are counted).
+for _meter in Meter.ALL:
+    metrics.gateway_refusals.labels(_meter)
 
 
 def _refusal(admission: Admission, reserve: int) -> ApplicationError:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from apps.gateway.errors import GatewayErrorCode
 from apps.keys.errors import KeysErrorCode
 from apps.keys.keycache import KeyCache, KeyRecord
 from apps.keys.models import KEY_PREFIX
@@ -15,7 +14,7 @@ from dmxplatform.errors import AuthenticationError, PermissionDeniedError
 from dmxplatform.responses import header
 
 
-def _refuse(message: str, code: GatewayErrorCode) -> AuthenticationError:
+def _refuse(message: str, code: KeysErrorCode) -> AuthenticationError:
     return AuthenticationError(message, code=code, headers={"WWW-Authenticate": "Bearer"})
 
 
@@ -24,7 +23,7 @@ async def authenticate(keys: KeyCache, authorization: bytes | None) -> KeyRecord
     if not authorization:
         raise _refuse(
             "You didn't provide an API key. Send it as 'Authorization: Bearer YOUR_KEY'.",
-            GatewayErrorCode.INVALID_API_KEY,
+            KeysErrorCode.INVALID_API_KEY,
         )
     token = credentials.bearer(authorization)
     parts = credentials.split(token, KEY_PREFIX) if token else None
@@ -33,7 +32,7 @@ async def authenticate(keys: KeyCache, authorization: bytes | None) -> KeyRecord
     if record is None or not any(
         credentials.secret_matches(parts[1], h) for h in record.secret_hashes(now)
     ):
-        raise _refuse("Incorrect API key provided.", GatewayErrorCode.INVALID_API_KEY)
+        raise _refuse("Incorrect API key provided.", KeysErrorCode.INVALID_API_KEY)
     check_usable(record, now)
     return record
 
@@ -41,9 +40,9 @@ async def authenticate(keys: KeyCache, authorization: bytes | None) -> KeyRecord
 def check_usable(record: KeyRecord, now: float) -> None:
     """Refuse a revoked or expired key (also one the portal's playground acts for)."""
     if record.revoked:
-        raise _refuse("This API key has been revoked.", GatewayErrorCode.KEY_REVOKED)
+        raise _refuse("This API key has been revoked.", KeysErrorCode.KEY_REVOKED)
     if record.expired(now):
-        raise _refuse("This API key has expired.", GatewayErrorCode.KEY_EXPIRED)
+        raise _refuse("This API key has expired.", KeysErrorCode.KEY_EXPIRED)
 
 
 def check_network(key: KeyRecord, address: str | None) -> None:

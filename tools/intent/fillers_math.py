@@ -1,4 +1,9 @@
-"""Math slot values for the intent data set: expressions and problems drawn with fresh numbers."""
+"""Math slot values for the intent data set: expressions and problems drawn with fresh numbers.
+
+Code, not a table like fillers_en.toml: each value is drawn from the seeded generator, so the
+order of the draws is part of the data set. Statements to prove are plain text: the `proofs`
+tables of fillers_en.toml and fillers_zh.toml.
+"""
 
 # ruff: noqa: RUF001 (Chinese text uses full-width punctuation on purpose)
 
@@ -142,57 +147,6 @@ def percent_en(rng: Random) -> str:
 def percent_zh(rng: Random) -> str:
     p, n = rng.choice((5, 12, 15, 17, 20, 35, 62, 80)), rng.randint(40, 5000)
     return rng.choice((f"{n} 的 {p}%", f"{n} 增加 {p}% 后", f"{n} 打 {10 - p // 10} 折后"))
-
-
-PROOFS_EN = (
-    "the square root of 2 is irrational",
-    "there are infinitely many primes",
-    "1 + 2 + ... + n = n(n+1)/2 for every positive integer n",
-    "the angles of a triangle add up to 180 degrees",
-    "the product of two odd numbers is odd",
-    "n^3 - n is divisible by 6 for every integer n",
-    "every convergent sequence is bounded",
-    "the sum of the first n odd numbers is n^2",
-    "a graph with n vertices and no cycles has at most n - 1 edges",
-    "the derivative of sin(x) is cos(x) from first principles",
-    "there is no largest even number",
-    "2^n > n^2 for all n ≥ 5",
-    "the composition of two injective functions is injective",
-    "the set of real numbers is uncountable",
-    "every integer greater than 1 has a prime factorisation",
-    "log base 2 of 3 is irrational",
-    "the sum of the angles of a quadrilateral is 360 degrees",
-    "every tree with n nodes has n - 1 edges",
-    "the harmonic series diverges",
-    "a continuous function on [a, b] is bounded",
-    "the square of an odd number is odd",
-    "there are infinitely many primes of the form 4k + 3",
-)
-
-PROOFS_ZH = (
-    "根号 2 是无理数",
-    "素数有无穷多个",
-    "对任意正整数 n，1 + 2 + … + n = n(n+1)/2",
-    "三角形内角和等于 180 度",
-    "两个奇数的乘积是奇数",
-    "对任意整数 n，n^3 - n 能被 6 整除",
-    "收敛数列一定有界",
-    "前 n 个奇数之和等于 n^2",
-    "n 个顶点的无环图最多有 n - 1 条边",
-    "当 n ≥ 5 时 2^n > n^2",
-    "两个单射的复合仍是单射",
-    "实数集是不可数的",
-    "大于 1 的整数都可以分解为素数的乘积",
-    "log₂3 是无理数",
-    "等腰三角形两底角相等",
-    "勾股定理",
-    "四边形内角和为 360 度",
-    "n 个节点的树有 n - 1 条边",
-    "调和级数发散",
-    "闭区间上的连续函数有界",
-    "奇数的平方是奇数",
-    "对顶角相等",
-)
 
 
 def _train(rng: Random) -> str:

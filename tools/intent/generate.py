@@ -1,10 +1,12 @@
 """Write the intent data set: templated prompts, split into train and held-out by phrasing family.
 
-`python -m apps.gateway.intent.generate` rewrites data/train.jsonl and data/heldout.jsonl; the
+`python -m tools.intent.generate` rewrites data/train.jsonl and data/heldout.jsonl; the
 same seed writes the same files. The split is honest twice over: a held-out family's phrasings
 never appear in training, and every slot pool large enough is split too, so held-out prompts
 also talk about subjects, texts and code the model never saw. data/natural.jsonl is written by
-hand and left alone.
+hand and left alone. The templates and slot values are TOML tables beside this module
+(phrasings.toml, fillers_en.toml, fillers_zh.toml); math slots are drawn with fresh numbers by
+fillers_math.py.
 """
 
 # ruff: noqa: RUF001 (Chinese text uses full-width punctuation on purpose)
@@ -19,12 +21,14 @@ from pathlib import Path
 from random import Random
 from typing import Any
 
-from apps.gateway.intent import fillers_en as en
-from apps.gateway.intent import fillers_math as maths
-from apps.gateway.intent import fillers_zh as zh
-from apps.gateway.intent.dataset import DATA_DIR, HELDOUT_FILE, TRAIN_FILE, Example
 from apps.gateway.intent.features import normalise
-from apps.gateway.intent.phrasings import FAMILIES, Family
+from tools.intent import fillers_math as maths
+from tools.intent.dataset import DATA_DIR, HELDOUT_FILE, TRAIN_FILE, Example
+from tools.intent.tables import Family, load_families, load_table
+
+FAMILIES = load_families()
+EN = load_table("fillers_en")
+ZH = load_table("fillers_zh")
 
 SEED = 20260601
 PER_FAMILY = 20  # ~33 families per label: ~650 prompts per label, ~5,200 in all
@@ -49,81 +53,81 @@ PAIRS = {
 }
 
 POOLS: dict[str, tuple[Any, ...]] = {
-    "plang": en.PROGRAMMING_LANGUAGES,
-    "task": en.CODE_TASKS,
-    "task_zh": zh.CODE_TASKS,
-    "snippet": en.CODE_SNIPPETS,
-    "error": en.ERRORS,
-    "sql": en.SQL_TASKS,
-    "sql_zh": zh.SQL_TASKS,
-    "shell": en.SHELL_TASKS,
-    "shell_zh": zh.SHELL_TASKS,
-    "regex": en.REGEXES,
-    "concept": en.CONCEPTS,
-    "concept_zh": zh.CONCEPTS,
-    "mechanism": en.MECHANISMS,
-    "mechanism_zh": zh.MECHANISMS,
-    "why": en.WHY_QUESTIONS,
-    "why_zh": zh.WHY_QUESTIONS,
-    "passages": en.PASSAGES,
-    "passages_zh": zh.PASSAGES,
-    "sentence": en.SENTENCES,
-    "sentence_zh": zh.SENTENCES,
-    "term": en.TERMS,
-    "term_zh": zh.TERMS,
-    "target": en.TARGET_LANGUAGES,
-    "target_zh": zh.TARGET_LANGUAGES,
-    "pair": en.COMPARISON_PAIRS,
-    "pair_zh": zh.COMPARISON_PAIRS,
-    "aspect": en.ASPECTS,
-    "aspect_zh": zh.ASPECTS,
-    "form": en.CREATIVE_FORMS,
-    "form_zh": zh.CREATIVE_FORMS,
-    "subject": en.CREATIVE_SUBJECTS,
-    "subject_zh": zh.CREATIVE_SUBJECTS,
-    "style": en.CREATIVE_STYLES,
-    "style_zh": zh.CREATIVE_STYLES,
-    "product": en.PRODUCTS,
-    "product_zh": zh.PRODUCTS,
-    "occasion": en.OCCASIONS,
-    "occasion_zh": zh.OCCASIONS,
-    "person_zh": zh.PEOPLE,
-    "opener": en.STORY_OPENERS,
-    "opener_zh": zh.STORY_OPENERS,
-    "greeting": en.GREETINGS,
-    "greeting_zh": zh.GREETINGS,
-    "small_talk": en.SMALL_TALK,
-    "small_talk_zh": zh.SMALL_TALK,
-    "advice": en.ADVICE,
-    "advice_zh": zh.ADVICE,
-    "situation": en.SITUATIONS,
-    "situation_zh": zh.SITUATIONS,
-    "fact": en.FACT_QUESTIONS,
-    "fact_zh": zh.FACT_QUESTIONS,
-    "support": en.SUPPORT_ISSUES,
-    "support_zh": zh.SUPPORT_ISSUES,
-    "support_ask": en.SUPPORT_ASKS,
-    "support_ask_zh": zh.SUPPORT_ASKS,
-    "closer": en.CLOSERS,
-    "closer_zh": zh.CLOSERS,
-    "recommendation": en.RECOMMENDATIONS,
-    "recommendation_zh": zh.RECOMMENDATIONS,
-    "opinion": en.OPINIONS,
-    "opinion_zh": zh.OPINIONS,
-    "service": en.SERVICE_QUESTIONS,
-    "service_zh": zh.SERVICE_QUESTIONS,
-    "about_bot": en.ABOUT_BOT,
-    "about_bot_zh": zh.ABOUT_BOT,
-    "dev_question": en.DEV_QUESTIONS,
-    "dev_question_zh": zh.DEV_QUESTIONS,
-    "business": en.BUSINESSES,
-    "business_zh": zh.BUSINESSES,
-    "foreign": en.FOREIGN_PHRASES,
-    "foreign_zh": zh.FOREIGN_PHRASES,
-    "mixed_chat": zh.MIXED_CHAT,
-    "mixed_support": zh.MIXED_SUPPORT,
-    "proof": maths.PROOFS_EN,
-    "proof_zh": maths.PROOFS_ZH,
+    "plang": EN["programming_languages"],
+    "task": EN["code_tasks"],
+    "task_zh": ZH["code_tasks"],
+    "snippet": EN["code_snippets"],
+    "error": EN["errors"],
+    "sql": EN["sql_tasks"],
+    "sql_zh": ZH["sql_tasks"],
+    "shell": EN["shell_tasks"],
+    "shell_zh": ZH["shell_tasks"],
+    "regex": EN["regexes"],
+    "concept": EN["concepts"],
+    "concept_zh": ZH["concepts"],
+    "mechanism": EN["mechanisms"],
+    "mechanism_zh": ZH["mechanisms"],
+    "why": EN["why_questions"],
+    "why_zh": ZH["why_questions"],
+    "passages": EN["passages"],
+    "passages_zh": ZH["passages"],
+    "sentence": EN["sentences"],
+    "sentence_zh": ZH["sentences"],
+    "term": EN["terms"],
+    "term_zh": ZH["terms"],
+    "target": EN["target_languages"],
+    "target_zh": ZH["target_languages"],
+    "pair": EN["comparison_pairs"],
+    "pair_zh": ZH["comparison_pairs"],
+    "aspect": EN["aspects"],
+    "aspect_zh": ZH["aspects"],
+    "form": EN["creative_forms"],
+    "form_zh": ZH["creative_forms"],
+    "subject": EN["creative_subjects"],
+    "subject_zh": ZH["creative_subjects"],
+    "style": EN["creative_styles"],
+    "style_zh": ZH["creative_styles"],
+    "product": EN["products"],
+    "product_zh": ZH["products"],
+    "occasion": EN["occasions"],
+    "occasion_zh": ZH["occasions"],
+    "person_zh": ZH["people"],
+    "opener": EN["story_openers"],
+    "opener_zh": ZH["story_openers"],
+    "greeting": EN["greetings"],
+    "greeting_zh": ZH["greetings"],
+    "small_talk": EN["small_talk"],
+    "small_talk_zh": ZH["small_talk"],
+    "advice": EN["advice"],
+    "advice_zh": ZH["advice"],
+    "situation": EN["situations"],
+    "situation_zh": ZH["situations"],
+    "fact": EN["fact_questions"],
+    "fact_zh": ZH["fact_questions"],
+    "support": EN["support_issues"],
+    "support_zh": ZH["support_issues"],
+    "support_ask": EN["support_asks"],
+    "support_ask_zh": ZH["support_asks"],
+    "closer": EN["closers"],
+    "closer_zh": ZH["closers"],
+    "recommendation": EN["recommendations"],
+    "recommendation_zh": ZH["recommendations"],
+    "opinion": EN["opinions"],
+    "opinion_zh": ZH["opinions"],
+    "service": EN["service_questions"],
+    "service_zh": ZH["service_questions"],
+    "about_bot": EN["about_bot"],
+    "about_bot_zh": ZH["about_bot"],
+    "dev_question": EN["dev_questions"],
+    "dev_question_zh": ZH["dev_questions"],
+    "business": EN["businesses"],
+    "business_zh": ZH["businesses"],
+    "foreign": EN["foreign_phrases"],
+    "foreign_zh": ZH["foreign_phrases"],
+    "mixed_chat": ZH["mixed_chat"],
+    "mixed_support": ZH["mixed_support"],
+    "proof": EN["proofs"],
+    "proof_zh": ZH["proofs"],
     # Pools of generators: each draws a problem with fresh numbers.
     "word_problem": maths.WORD_PROBLEMS_EN,
     "word_problem_zh": maths.WORD_PROBLEMS_ZH,

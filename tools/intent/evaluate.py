@@ -7,9 +7,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from apps.gateway.intent.dataset import LANGS, Example
 from apps.gateway.intent.labels import LABELS
 from apps.gateway.intent.model import IntentModel
+from tools.intent.dataset import LANGS, Example
 
 
 @dataclass(frozen=True, slots=True)

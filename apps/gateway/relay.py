@@ -1,0 +1,188 @@
+"""The route, connect and answer stages: routing picks and holds a node, the request goes to it,
+and its answer comes back to the client through the output filter."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+
+from apps.gateway import sse
+from apps.gateway.errors import GatewayErrorCode
+from apps.gateway.outputs import StreamEditor, filter_response
+from apps.gateway.prompts import affinity_key
+from apps.gateway.runtime import GatewayRuntime
+from apps.gateway.settlement import settle, submit
+from apps.gateway.state import CompletionState
+from apps.gateway.upstream import sender, stream_error, upstream_error
+from apps.gateway.upstream_http import UpstreamResponse
+from apps.keys.gate import UsageStatus
+from apps.routing.dispatcher import RouteRequest
+from dmxplatform import metrics
+from dmxplatform.errors import ApplicationError, UpstreamError
+from dmxplatform.stages import Stage
+
+
+async def forward(state: CompletionState, runtime: GatewayRuntime) -> None:
+    """Send the request to the node routing picks (another one if it fails before answering),
+    relay its answer, and tell routing how it went there."""
+    request, key = state.request, state.key
+    dispatch = state.dispatch = runtime.dispatcher.dispatch(
+        RouteRequest(
+            request_id=state.request_id,
+            model=state.model,
+            prompt_tokens=state.estimated_tokens or 0,
+            completion_tokens=request.max_tokens or 0,
+            priority=key.priority,
+            affinity=affinity_key(request),
+            preferred_profiles=state.preferred,
+        ),
+        state.clock,
+        asked=request.model,
+    )
+    send = sender(
+        runtime.http,
+        request,
+        priority=key.priority,
+        time_left=state.time_left,
+        request_id=state.request_id,
+        trace=state.trace,
+    )
+    async with dispatch.connect(send) as sent:
+        with sent.answer as response:
+            state.clock.mark(Stage.CONNECT)
+            if response.status != 200:  # a 4xx: the request's fault, not the node's
+                raise upstream_error(response.status, await response.read())
+            if request.stream:
+                await _stream(state, runtime, response)
+            else:
+                await _respond(state, runtime, response)
+    first_token = state.first_token_at
+    await dispatch.report(
+        failed=state.outcome is UsageStatus.UPSTREAM_ERROR,
+        ttft_ms=(first_token - state.started) * 1000 if first_token and request.stream else None,
+        latency_ms=(time.perf_counter() - state.started) * 1000,
+    )
+
+
+async def _respond(
+    state: CompletionState, runtime: GatewayRuntime, response: UpstreamResponse
+) -> None:
+    try:
+        async with asyncio.timeout(state.time_left()):
+            data = await response.read()
+    except TimeoutError:
+        raise state.timed_out() from None
+    state.first_token_at = state.clock.mark(Stage.GENERATE)
+    data, state.usage, flags, blocked = filter_response(
+        data, runtime.content_filter, endpoint=state.endpoint
+    )
+    state.flags = sorted({*state.flags, *flags})
+    if blocked:
+        state.outcome = UsageStatus.CONTENT_FILTERED
+    await submit(state, runtime)
+    await state.reply.json(200, data)
+
+
+async def _stream(
+    state: CompletionState, runtime: GatewayRuntime, response: UpstreamResponse
+) -> None:
+    relay = asyncio.ensure_future(_relay(state, runtime, response))
+    disconnect = asyncio.ensure_future(_wait_disconnect(state.receive))
+    done, _ = await asyncio.wait(
+        (relay, disconnect), timeout=state.time_left(), return_when=asyncio.FIRST_COMPLETED
+    )
+    if relay in done:
+        disconnect.cancel()
+        relay.result()
+        return
+    relay.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await relay
+    if not done:  # the request's time is up: end the stream, bill what was generated
+        disconnect.cancel()
+        raise state.timed_out()
+    # The client left: charge what was generated; closing the response aborts vLLM's work.
+    state.outcome = UsageStatus.CLIENT_DISCONNECTED
+    state.http_status = 499  # nginx's "client closed request"
+    await settle(state, runtime)
+
+
+async def _wait_disconnect(receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _relay(
+    state: CompletionState, runtime: GatewayRuntime, response: UpstreamResponse
+) -> None:
+    editor = state.editor = StreamEditor(
+        runtime.content_filter, endpoint=state.endpoint, include_usage=state.request.include_usage
+    )
+    reply, dispatch = state.reply, state.dispatch
+    splitter = sse.EventSplitter()
+    # vLLM's first event (the role chunk) waits for the next one: should the engine refuse
+    # the request instead, the client then gets the refusal's own status, as unstreamed.
+    # Only that one: a stream of tool calls or reasoning has no content for a long while.
+    held: list[bytes] = []
+    events = 0
+    async for chunk in response.chunks():
+        for event in splitter.feed(chunk):
+            data = sse.data_of(event)
+            if data is None:
+                continue
+            if data == sse.DONE:
+                state.clock.mark(Stage.DECODE)
+                await submit(state, runtime)
+                held.append(sse.encode(sse.DONE))
+                continue
+            if data.startswith(b'{"error"'):
+                held.append(await _stream_error(state, stream_error(data)))
+                continue
+            events += 1
+            edited = editor.edit(data)
+            if editor.first_content and state.first_token_at is None:
+                state.first_token_at = state.clock.mark(Stage.TTFT)
+                dispatch.first_token()
+            if edited is not None:
+                held.append(sse.encode(edited))
+            if editor.blocked is not None:
+                await _end_blocked(state, runtime, held)
+                return
+        if held and (reply.started or events > 1 or state.settlement is not None):
+            await reply.body(b"".join(held), more=True)
+            held = []
+    if state.settlement is None:
+        # The node closed the stream without [DONE]: it failed mid-generation.
+        metrics.gateway_upstream_errors.labels("stream").inc()
+        raise UpstreamError(
+            "The model server ended the stream early.", code=GatewayErrorCode.UPSTREAM_ERROR
+        )
+    await reply.body(b"".join(held), more=False)
+
+
+async def _stream_error(state: CompletionState, error: ApplicationError) -> bytes:
+    """An error the engine sent in the stream. Before any token: raised, to be answered with
+    its status. After: the event in OpenAI's shape. A refusal of the request (4xx) is the
+    client's, and no failure of the node's: only the others count against its breaker."""
+    failed = isinstance(error, UpstreamError)
+    if failed:
+        metrics.gateway_upstream_errors.labels("stream").inc()
+    if not state.reply.started:
+        if failed:
+            await state.dispatch.report(failed=True)
+        raise error
+    state.outcome = UsageStatus.UPSTREAM_ERROR if failed else UsageStatus.REJECTED
+    state.error_code = str(error.code)
+    return sse.encode(error.to_json())
+
+
+async def _end_blocked(state: CompletionState, runtime: GatewayRuntime, out: list[bytes]) -> None:
+    """The output hit a blocked term: finish the stream here, bill what was generated."""
+    state.outcome = UsageStatus.CONTENT_FILTERED
+    state.clock.mark(Stage.DECODE)
+    await settle(state, runtime)
+    if state.request.include_usage and state.editor.usage:
+        out.append(sse.encode(state.editor.usage_chunk()))
+    out.append(sse.encode(sse.DONE))
+    await state.reply.body(b"".join(out), more=False)

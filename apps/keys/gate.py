@@ -1,0 +1,224 @@
+"""The gateway's one door into keys: who calls (authenticate), whether they may now (admit), and
+what they used (settle).
+
+KeyGate owns what a gateway process keeps of keys: the key cache and the listener that keeps it
+fresh, the limiter with its admission leases, and the ledger's half of settling (the usage
+record goes to Redis with the refund, in one call, or to the spool when Redis does not take it).
+The gateway calls only this; the modules behind it are the keys app's to change.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import Any
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+from redis.exceptions import RedisError
+
+from apps.keys.admission import admit
+from apps.keys.authentication import authenticate, check_network, check_signature, check_usable
+from apps.keys.choices import PriorityTier, UsageStatus
+from apps.keys.keycache import KeyCache, KeyRecord, invalidation_channel
+from apps.keys.leases import LeaseBook
+from apps.keys.ledger import MODEL_CHARS, UNRECORDED, USAGE_STREAM, UsageEvent
+from apps.keys.limiter import Limiter
+from apps.keys.ratelimit import Admission
+from apps.keys.selectors import key_record_load
+from dmxplatform.background import cancel_all
+from dmxplatform.redis_client import async_redis
+from dmxplatform.resp import RedisUnavailable, RespClient, RespError
+from dmxplatform.responses import header
+from dmxplatform.spool import Spool
+
+__all__ = [
+    "MODEL_CHARS",
+    "Admission",
+    "KeyGate",
+    "KeyRecord",
+    "PriorityTier",
+    "Settlement",
+    "UsageEvent",
+    "UsageStatus",
+]
+
+logger = logging.getLogger(__name__)
+
+# After Redis is lost, the invalidation listener waits this long before subscribing again, s.
+RECONNECT_DELAY = 1.0
+# A stream entry to append with the settlement: (stream key, encoded entry).
+Entry = tuple[str, bytes]
+
+
+class KeyGate:
+    def __init__(self, redis: RespClient, *, spool: Spool) -> None:
+        self._spool = spool
+        # Database reads run through database_sync_to_async, which drops connections the server
+        # closed (an outage, a failover) before and after each call; a plain thread would keep a
+        # dead connection, and every later reload would fail.
+        self.keys = KeyCache(
+            redis=redis,
+            load=database_sync_to_async(key_record_load),
+            ttl=settings.DMX_KEY_CACHE_TTL_SECONDS,
+        )
+        self.limiter = Limiter(
+            redis,
+            LeaseBook(
+                requests=settings.DMX_ADMISSION_LEASE_REQUESTS,
+                ttl=settings.DMX_ADMISSION_LEASE_MS / 1000,
+            ),
+        )
+        self._listener = async_redis(blocking=True)
+        self._tasks: list[asyncio.Task] = []
+
+    def start(self) -> None:
+        """Start keeping the cache fresh (key changes published by the keys app) and, with
+        leases on, giving back what expired leases left unused."""
+        self._tasks = [asyncio.create_task(self._invalidation_loop(), name="dmx-invalidation")]
+        if settings.DMX_ADMISSION_LEASE_REQUESTS:
+            self._tasks.append(asyncio.create_task(self._lease_loop(), name="dmx-leases"))
+
+    async def stop(self) -> None:
+        await cancel_all(self._tasks)
+        try:
+            await self.limiter.end_leases(everything=True)
+        except (RedisUnavailable, RespError) as exc:
+            logger.warning("leases not given back: %s", exc)
+        await self._listener.aclose()
+
+    async def authenticate(
+        self,
+        scope: dict[str, Any],
+        body: bytes,
+        *,
+        address: str | None,
+        acting_for: KeyRecord | None = None,
+    ) -> tuple[KeyRecord, str | None]:
+        """The key a request may use and, for a signing key, its signature (the nonce the
+        limiter remembers against replays).
+
+        `acting_for`: the key a caller inside the platform acts for, its user already signed in
+        (the portal's playground); signatures prove a client holds the key's secrets, which the
+        portal never has, so such a call is not asked for one. `address`: the client's, for the
+        key's allowed networks."""
+        if acting_for is None:
+            key = await authenticate(self.keys, header(scope, b"authorization"))
+            nonce = check_signature(key, scope, body)
+        else:
+            key, nonce = acting_for, None
+            check_usable(key, time.time())
+        check_network(key, address)
+        return key, nonce
+
+    async def key(self, authorization: bytes | None) -> KeyRecord:
+        """The key of a bearer token alone (for reads that reserve nothing: /v1/models)."""
+        return await authenticate(self.keys, authorization)
+
+    async def admit(
+        self, key: KeyRecord, *, request_id: str, model: str, reserve: int, nonce: str | None
+    ) -> Admission:
+        """Reserve `reserve` tokens and a request against every limit of the key, or raise the
+        refusal (429, or 503 without Redis) in OpenAI's shape."""
+        return await admit(
+            self.limiter,
+            request_id=request_id,
+            key=key,
+            model=model,
+            reserve=reserve,
+            nonce=nonce,
+        )
+
+    def settle(
+        self,
+        admission: Admission | None,
+        *,
+        refund: int,
+        usage: UsageEvent,
+        entries: tuple[Entry, ...] = (),
+    ) -> Settlement:
+        """Give back `refund` of the reservation, free the request's slot and append its usage
+        record (with `entries`, other streams' records of the request) in one Redis call.
+
+        The call starts at once; Settlement.sent returns once it is in the kernel's socket to
+        Redis (RespClient.submit): a response sent after it cannot lose its record to a crash
+        of this process. Redis's answer is awaited by Settlement.confirm, after the response,
+        instead of holding it back a round trip."""
+        events = [(USAGE_STREAM.key(), usage.encode()), *entries]
+        # A task of its own, so that a caller cancelled meanwhile (the client left, the time ran
+        # out) cannot cancel the call halfway and drop the record: confirm() waits for it.
+        call = asyncio.ensure_future(
+            self.limiter.submit_settle(admission, refund=refund, events=events)
+        )
+        return Settlement(self, usage.request_id, events, call)
+
+    def keep(self, request_id: str, entries: list[Entry]) -> None:
+        """Redis did not take a request's stream entries: spool them for the runtime to replay;
+        should the disk refuse too, log the usage record whole, for `manage.py usage_replay`."""
+        try:
+            self._spool.append(entries)
+        except OSError as exc:
+            for stream, payload in entries:
+                if stream == USAGE_STREAM.key():
+                    logger.error("%s %s", UNRECORDED, payload.decode())
+            logger.error(
+                "request %s: stream entries neither in Redis nor spooled: %s", request_id, exc
+            )
+        else:
+            logger.warning("request %s: Redis did not take its usage record; spooled", request_id)
+
+    async def _lease_loop(self) -> None:
+        """Give back what expired leases left unused, twice per lease lifetime."""
+        while True:
+            await asyncio.sleep(settings.DMX_ADMISSION_LEASE_MS / 2000)
+            try:
+                await self.limiter.end_leases()
+            except (RedisUnavailable, RespError) as exc:
+                logger.warning("leases not given back: %s", exc)
+
+    async def _invalidation_loop(self) -> None:
+        while True:
+            try:
+                async with self._listener.pubsub() as pubsub:
+                    await pubsub.subscribe(invalidation_channel())
+                    # Anything may have changed while we were not listening.
+                    self.keys.clear()
+                    async for message in pubsub.listen():
+                        if message["type"] == "message":
+                            self.keys.invalidate(message["data"].decode())
+            except (RedisError, OSError) as exc:
+                logger.warning("invalidation listener lost Redis: %s", exc)
+                await asyncio.sleep(RECONNECT_DELAY)
+
+
+class Settlement:
+    """One request's settle call on its way: the entries it carries and Redis's answer to come."""
+
+    def __init__(
+        self, gate: KeyGate, request_id: str, entries: list[Entry], call: asyncio.Future
+    ) -> None:
+        self._gate = gate
+        self.request_id = request_id
+        self.entries = entries
+        self._call = call
+        self._confirmed = False
+
+    async def sent(self) -> None:
+        """Wait until the call is in the socket to Redis (or failed: confirm() sees how)."""
+        with contextlib.suppress(Exception):
+            await asyncio.shield(self._call)
+
+    async def confirm(self) -> None:
+        """Wait for the call and Redis's answer to it; spool the entries when it failed (maybe
+        appended, maybe not: a replay of one that was is stored once). Once."""
+        if self._confirmed:
+            return
+        self._confirmed = True
+        try:
+            await (await self._call)
+        except BaseException as exc:
+            self._gate.keep(self.request_id, self.entries)
+            if not isinstance(exc, Exception):
+                raise  # cancelled: the record is kept, the cancellation goes on
