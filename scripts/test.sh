@@ -48,6 +48,12 @@ export DMX_TEST_LOG_DIR=$PWD/.run/test-logs${DMX_TEST_DATABASE_URL:+-$run_id}
 export HF_HUB_OFFLINE=1
 export PYTHONDONTWRITEBYTECODE=1
 
+# The deploy tests render the Kubernetes manifests with kustomize (kubectl's own, Debian's
+# kubernetes-client where the machine has none).
+if ! command -v kubectl >/dev/null && ! command -v kustomize >/dev/null; then
+  echo "==> installing kubectl (apt-get, to render the Kubernetes manifests)"
+  apt-get install -y -qq kubernetes-client >/dev/null || { apt-get update -qq && apt-get install -y -qq kubernetes-client >/dev/null; }
+fi
 # The browser tests drive Debian's Chromium through Playwright (which cannot download a
 # browser here); installed when missing.
 if ! command -v chromium >/dev/null; then
