@@ -3,7 +3,8 @@
     .venv/bin/python bench/routing.py
 
 Part 1 times Router.decide over 50 live nodes (mixed load, temperatures, prices; a canary
-version; prefix keys) with time.perf_counter_ns, after a warm-up, and prints p50/p99/max.
+version; prefix block hashes; this gateway's queued work) with time.perf_counter_ns, after a
+warm-up, and prints p50/p99/max.
 Part 2 runs tests/routing/simulation.py for both policies and prints the table the README keeps.
 """
 
@@ -45,15 +46,36 @@ def decision_benchmark() -> dict[str, float]:
             hourly_price_usd=rng.choice([0.8, 2.5, 4.0]),
             generation_tokens_per_second=rng.uniform(200, 3000),
             e2e_p95_ms=rng.uniform(300, 4000),
-            profile=rng.choice(["h100", "a100", "l4"]),
+            profile=rng.choice(["nvidia-h100-sxm", "nvidia-a100-sxm4-80gb", "nvidia-l4"]),
+            gpu_count=1,
+            max_num_seqs=32,
         )
         for i in range(NODES)
     ]
     router = make_router(*nodes)
     router.fleet.stale_after = 1e9  # the snapshots are made once; nothing refreshes them here
+
+    def blocks() -> tuple[int, ...]:
+        # A shared first block (a system prompt), then the conversation's own: up to 64 blocks.
+        return (1, *(rng.getrandbits(64) for _ in range(rng.randint(0, 63))))
+
+    # Work this gateway has on the nodes, and the prefix index it built from it.
+    for node in nodes:
+        for _ in range(rng.randint(0, 8)):
+            router.fleet.inflight[node.id] += 1
+            router.fleet.begin(
+                node.id,
+                prompt_tokens=rng.randint(100, 30_000),
+                completion_tokens=rng.randint(10, 1000),
+                blocks=blocks(),
+            )
     requests = [
         route_request(
-            model, request_id=f"req_{rng.getrandbits(128):032x}", affinity=rng.getrandbits(64)
+            model,
+            request_id=f"req_{rng.getrandbits(128):032x}",
+            affinity=rng.getrandbits(64),
+            prompt_tokens=rng.randint(100, 30_000),
+            prefix_blocks=blocks(),
         )
         for _ in range(DECISIONS)
     ]

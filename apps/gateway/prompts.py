@@ -9,6 +9,7 @@ from django.conf import settings
 
 from apps.gateway.content_filter import ContentFilter, FilterAction
 from apps.gateway.errors import GatewayErrorCode
+from apps.gateway.intent import last_user_turn
 from apps.gateway.schemas import CompletionRequest, Endpoint
 from apps.models.tokenizers import message_text
 from dmxplatform.errors import InvalidRequestError
@@ -17,10 +18,7 @@ from dmxplatform.errors import InvalidRequestError
 def intent_text(request: CompletionRequest) -> str:
     """The text that says what the user wants: the last user message, or the prompt."""
     if request.endpoint is Endpoint.CHAT:
-        for message in reversed(request.payload["messages"]):
-            if message.get("role") == "user":
-                return message_text(message.get("content"))
-        return message_text(request.payload["messages"][-1].get("content"))
+        return last_user_turn(request.payload["messages"], message_text)
     prompt = request.payload["prompt"]
     if isinstance(prompt, str):
         return prompt
@@ -94,3 +92,35 @@ def affinity_key(request: CompletionRequest) -> int | None:
     if not prefix:
         return None
     return int.from_bytes(hashlib.blake2b(prefix[:limit].encode(), digest_size=8).digest(), "big")
+
+
+# About vLLM's 512-token prefix-cache block in text (three to five characters a token): the
+# blocks need not align with the engine's, only be the same for two prompts with the same start.
+PREFIX_BLOCK_CHARS = 2048
+# 256 blocks cover a 128k-token context; the hashing stays bounded (blake2b, about 0.5 ms a MB).
+MAX_PREFIX_BLOCKS = 256
+
+
+def _prompt_stream(request: CompletionRequest) -> str:
+    if request.endpoint is Endpoint.CHAT:
+        return "".join(
+            f"\x1e{message.get('role')}\x1f{message_text(message.get('content'))}"
+            for message in request.payload["messages"]
+        )
+    prompt = request.payload["prompt"]
+    return prompt if isinstance(prompt, str) else ""
+
+
+def prefix_blocks(request: CompletionRequest) -> tuple[int, ...]:
+    """Chained 64-bit hashes of the prompt's full PREFIX_BLOCK_CHARS blocks, as vLLM chains its
+    prefix-cache blocks: two prompts share a block's hash only when they share everything up
+    to its end, so the router can tell how much of a prompt a node has recently seen."""
+    text = _prompt_stream(request)
+    full = min(len(text) // PREFIX_BLOCK_CHARS, MAX_PREFIX_BLOCKS)
+    hashes = []
+    previous = b""
+    for i in range(full):
+        chunk = text[i * PREFIX_BLOCK_CHARS : (i + 1) * PREFIX_BLOCK_CHARS]
+        previous = hashlib.blake2b(previous + chunk.encode(), digest_size=8).digest()
+        hashes.append(int.from_bytes(previous, "big"))
+    return tuple(hashes)

@@ -66,6 +66,17 @@ def slow_ttft_limit_ms(sla_ttft_p95_ms: int | None) -> float:
     return settings.DMX_BREAKER_SLOW_TTFT_SECONDS * 1000
 
 
+def slow_limit_ms(sla_ttft_p95_ms: int | None, predicted_ttft_ms: float | None) -> float:
+    """The slow limit for one request: slow_ttft_limit_ms, or DMX_BREAKER_SLOW_SLA_FACTOR times
+    the first-token time the router predicted for it on its node (its queue and prefill at the
+    node's rate), whichever is later: a node is slow against what it should do, not against a
+    figure an L4 misses with any long prompt."""
+    limit = slow_ttft_limit_ms(sla_ttft_p95_ms)
+    if predicted_ttft_ms:
+        limit = max(limit, predicted_ttft_ms * settings.DMX_BREAKER_SLOW_SLA_FACTOR)
+    return limit
+
+
 def slow_first_token(
     *,
     ttft_ms: float,

@@ -40,12 +40,12 @@ from apps.routing.breaker import (
     BreakerState,
     breakers_key,
     slow_first_token,
-    slow_ttft_limit_ms,
+    slow_limit_ms,
 )
 from apps.routing.choices import DecisionOutcome
 from apps.routing.decisions import DECISION_STREAM, DecisionSampler, decision_event
 from apps.routing.errors import RoutingErrorCode
-from apps.routing.fleet import FleetView
+from apps.routing.fleet import FleetView, Ticket
 from apps.routing.queueing import AdmissionQueues, QueueFull
 from apps.routing.router import Decision, Router, RouteRequest
 from apps.routing.selectors import routing_table_load
@@ -170,13 +170,14 @@ class Dispatcher:
         model: ModelEntry | None = None,
         prompt_tokens: int = 0,
         others_on_node: int = 0,
+        predicted_ttft_ms: float | None = None,
     ) -> None:
         """Feed a request's outcome on a node to the latency windows and its circuit breaker; a
         slow first token counts against the breaker only as breaker.slow_first_token says."""
         self.stats.record(node.id, ttft_ms=ttft_ms, latency_ms=latency_ms, failed=failed)
         slow = ttft_ms is not None and slow_first_token(
             ttft_ms=ttft_ms,
-            limit_ms=slow_ttft_limit_ms(model.sla_ttft_p95_ms if model else None),
+            limit_ms=slow_limit_ms(model.sla_ttft_p95_ms if model else None, predicted_ttft_ms),
             prompt_tokens=prompt_tokens,
             others_on_node=others_on_node,
             healthy_alternatives=self._healthy_alternatives(node),
@@ -224,6 +225,8 @@ class Dispatch:
         # others its node had then and when its first token came.
         self.sent_at = 0.0
         self.others_on_node = 0
+        self._ticket: Ticket | None = None
+        self.predicted_ttft_ms: float | None = None
 
     @contextlib.asynccontextmanager
     async def connect(self, send: Callable[[NodeSnapshot], Awaitable[T]]) -> AsyncIterator[Sent[T]]:
@@ -242,6 +245,13 @@ class Dispatch:
             tried.append(node.id)
             gauge = _INFLIGHT(node.name)
             dispatcher.fleet.inflight[node.id] += 1
+            # Its work counts on the node until it ends: the router predicts from it.
+            ticket = self._ticket = dispatcher.fleet.begin(
+                node.id,
+                prompt_tokens=self.request.prompt_tokens,
+                completion_tokens=self.request.completion_tokens,
+                blocks=self.request.prefix_blocks,
+            )
             gauge.inc()
             try:
                 try:
@@ -258,6 +268,8 @@ class Dispatch:
                 return
             finally:
                 dispatcher.fleet.inflight[node.id] -= 1
+                dispatcher.fleet.end(ticket)
+                self._ticket = None
                 gauge.dec()
         if failure is not None:
             raise failure
@@ -295,6 +307,8 @@ class Dispatch:
                     clock.mark(Stage.ROUTE)
                     self.waited_ms += (time.monotonic() - waited_from) * 1000
                     self.node = node
+                    if decision.predicted_ttft_s is not None:
+                        self.predicted_ttft_ms = decision.predicted_ttft_s * 1000
                     return node
                 clock.mark(Stage.ROUTE)
                 if not decision.saturated:
@@ -320,6 +334,8 @@ class Dispatch:
 
     def first_token(self) -> None:
         """The node's first token came: count who else it was serving by then."""
+        if self._ticket is not None:
+            self._dispatcher.fleet.prefilled(self._ticket)
         if self.node is not None:
             self.others_on_node = max(
                 self.others_on_node,
@@ -341,6 +357,7 @@ class Dispatch:
             model=self.request.model,
             prompt_tokens=self.request.prompt_tokens,
             others_on_node=self.others_on_node,
+            predicted_ttft_ms=self.predicted_ttft_ms,
         )
 
     def decision_entry(

@@ -2,9 +2,33 @@
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
+from dataclasses import dataclass
 
 from apps.hardware.nodestate import NodeSnapshot, now
+
+# Block hashes remembered per node for prefix matching: about what an 80 GB GPU's KV cache holds
+# of an 8B model (430k tokens in 512-token blocks), so the index forgets about when the node does.
+PREFIX_INDEX_BLOCKS = 1024
+
+
+@dataclass(slots=True)
+class NodeWork:
+    """What this process sent a node and it has not finished: prompt tokens still to prefill
+    (the request's first token has not come), tokens still to decode."""
+
+    requests: int = 0
+    prefilling: int = 0  # requests among them without a first token yet
+    prefill_tokens: int = 0
+    decode_tokens: int = 0
+
+
+@dataclass(slots=True)
+class Ticket:
+    node_id: int
+    prompt_tokens: int
+    completion_tokens: int
+    prefilled: bool = False
 
 
 class FleetView:
@@ -19,6 +43,10 @@ class FleetView:
         self._by_model: dict[str, list[NodeSnapshot]] = {}
         self._by_id: dict[int, NodeSnapshot] = {}
         self.inflight: defaultdict[int, int] = defaultdict(int)
+        self.work: defaultdict[int, NodeWork] = defaultdict(NodeWork)
+        # Per node, the block hashes of prompts this process sent there, least recent first: an
+        # approximation of its prefix cache built from our own routing.
+        self.prefixes: defaultdict[int, OrderedDict[int, None]] = defaultdict(OrderedDict)
         # Bumped on every refresh; what is derived from node state is cached per generation.
         self.generation = 0
 
@@ -81,3 +109,47 @@ class FleetView:
         if latest.heartbeat_at > since:
             engine -= 1
         return max(self.inflight[node.id] - 1, engine, 0)
+
+    def begin(
+        self, node_id: int, *, prompt_tokens: int, completion_tokens: int, blocks=()
+    ) -> Ticket:
+        """A request went to a node: its work counts there until end()."""
+        work = self.work[node_id]
+        work.requests += 1
+        work.prefilling += 1
+        work.prefill_tokens += prompt_tokens
+        work.decode_tokens += completion_tokens
+        if blocks:
+            index = self.prefixes[node_id]
+            for block in blocks:
+                index[block] = None
+                index.move_to_end(block)
+            while len(index) > PREFIX_INDEX_BLOCKS:
+                index.popitem(last=False)
+        return Ticket(node_id, prompt_tokens, completion_tokens)
+
+    def prefilled(self, ticket: Ticket) -> None:
+        """The request's first token came: its prompt is no longer queued work."""
+        if not ticket.prefilled:
+            ticket.prefilled = True
+            work = self.work[ticket.node_id]
+            work.prefilling -= 1
+            work.prefill_tokens -= ticket.prompt_tokens
+
+    def end(self, ticket: Ticket) -> None:
+        self.prefilled(ticket)
+        work = self.work[ticket.node_id]
+        work.requests -= 1
+        work.decode_tokens -= ticket.completion_tokens
+
+    def cached_blocks(self, node_id: int, blocks) -> int:
+        """Leading blocks of a prompt this process last sent to the node (and so it likely has)."""
+        index = self.prefixes.get(node_id)
+        if not index:
+            return 0
+        count = 0
+        for block in blocks:
+            if block not in index:
+                break
+            count += 1
+        return count

@@ -13,13 +13,20 @@ filters  drained (an operator's cordon: in-flight requests finish, no new ones c
          completion fit the node), kv_cache (headroom left), temperature (below the drain
          threshold), saturated (the engine's queue plus this gateway's requests beyond the
          engine's batch, below a cap)
-scorers  queue, kv_cache, bandwidth (memory-bandwidth pressure), temperature (derating),
-         latency (P95 against the model's SLA), cost (per 1K tokens), affinity (the node a prompt
-         prefix hashes to, while it is not overloaded), hardware (the routing table's preference)
+scorers  queue (predicted wait: queued prompt tokens and the request's own uncached ones at the
+         node's prefill rate, plus part of its decode time), kv_cache, bandwidth
+         (memory-bandwidth pressure), temperature (derating), latency (P95 against the model's
+         SLA), cost (per 1K tokens), affinity (the share of the prompt's block hashes this
+         gateway last sent the node, or the node a system prompt hashes to, while it is not
+         overloaded), hardware (the routing table's preference)
+
+A decision with no node is "saturated", and the request waits in the admission queue, when
+nodes were refused only for what passes soon (queue or KV cache full); otherwise it is refused.
 """
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
@@ -31,11 +38,39 @@ from apps.models.catalog import ModelEntry
 from apps.routing.breaker import CLOSED, BreakerBoard, BreakerState
 from apps.routing.fleet import FleetView
 from apps.routing.stats import GatewayStats
+from inference.hardware.profiles import profile_named, serving_rates
 
 # The request count at which the queue score halves: a few requests per node already batch well.
 QUEUE_HALF_SCORE = 4.0
+# Predictions use a reference model's figures: routing compares nodes serving the same model, so
+# the ratios between GPUs matter, not the absolute rate (an 8B dense model in BF16, Llama-3's
+# 128 KiB of KV per token).
+REFERENCE_PARAMS_BILLION = 8.0
+REFERENCE_KV_BYTES_PER_TOKEN = 131_072
+# A node whose profile is unknown (or the CPU profile) predicts as a modest GPU would.
+FALLBACK_PREFILL_TOKENS_PER_SECOND = 2_000.0
+FALLBACK_DECODE_STEPS_PER_SECOND = 20.0
+# A queued request whose size this process does not know (another gateway's, or one counted
+# before its work was recorded) is taken to have this many prompt tokens.
+UNKNOWN_PROMPT_TOKENS = 1_024
+# A running request of another gateway's may still be prefilling, and holds a batch slot and a
+# share of every decode step: it counts as this share of an unknown prompt.
+UNKNOWN_RUNNING_SHARE = 0.5
+# Predicted waits shorter than this barely differ for a user: the queue score compares
+# (best + slack) with (this node's + slack), so small loads spread as before.
+PREDICTION_SLACK_SECONDS = 0.5
+# The queue score weighs a second of predicted decoding this much against a second of waiting for
+# the first token: a user sees the first token's delay whole, and a slow stream less, but a node
+# that decodes ten times slower still holds its requests (and their KV cache) ten times longer.
+DECODE_SECONDS_WEIGHT = 0.25
+# vLLM's prefix-cache block: hashes are of this many prompt tokens each.
+PREFIX_BLOCK_TOKENS = 512
 _MASK64 = (1 << 64) - 1
 SATURATED = "saturated"
+# Refusals that pass once running requests finish: the request queues for them.
+_SOON = frozenset({SATURATED, "kv_cache"})
+# Refusals of nodes that would not serve it anyway (another version, out of service).
+_ELSEWHERE = frozenset({"version", "drained", "live", "breaker"})
 
 
 @dataclass(slots=True)
@@ -47,6 +82,8 @@ class RouteRequest:
     priority: int = 1
     affinity: int | None = None
     preferred_profiles: frozenset[str] = frozenset()
+    # Chained hashes of the prompt's PREFIX_BLOCK_TOKENS-token blocks (apps.gateway.prompts).
+    prefix_blocks: tuple[int, ...] = ()
 
 
 @dataclass(slots=True)
@@ -64,20 +101,17 @@ class Decision:
     verdicts: list[Verdict]
     fallback: bool = False
     decision_us: float = 0.0
+    # Seconds to the chosen node's first token as the router predicted them (breakers compare).
+    predicted_ttft_s: float | None = None
 
     @property
     def saturated(self) -> bool:
-        """No node chosen, and saturation was the only reason some node was refused."""
+        """No node chosen, and a node was refused only for what passes soon: a full queue or a
+        full KV cache (requests finish and free it), so the request waits for room."""
         if self.node is not None:
             return False
         reasons = {v.rejected_by for v in self.verdicts}
-        return SATURATED in reasons and reasons <= {
-            SATURATED,
-            "version",
-            "drained",
-            "live",
-            "breaker",
-        }
+        return bool(reasons & _SOON) and reasons <= _SOON | _ELSEWHERE
 
     def trace(self) -> list[dict]:
         """The decision as the log keeps it: each candidate's verdict and scores."""
@@ -144,6 +178,9 @@ class _Context:
     best_cost: float | None = None
     latency: dict[int, float | None] = field(default_factory=dict)
     cost: dict[int, float | None] = field(default_factory=dict)
+    predicted: dict[int, float] = field(default_factory=dict)
+    matched: dict[int, int] = field(default_factory=dict)  # leading prefix blocks per node
+    best_predicted: float = 0.0
 
 
 Filter = Callable[[_Context, NodeSnapshot], bool]
@@ -245,11 +282,22 @@ def _not_saturated(ctx: _Context, node: NodeSnapshot) -> bool:
 
 
 def _queue_score(ctx: _Context, node: NodeSnapshot) -> float:
-    queued = node.engine.num_requests_running + node.engine.num_requests_waiting
-    return 1.0 / (1.0 + (queued + ctx.fleet.inflight.get(node.id, 0)) / QUEUE_HALF_SCORE)
+    predicted = ctx.predicted.get(node.id)
+    if predicted is None:  # the count-based score, for callers outside decide()
+        queued = node.engine.num_requests_running + node.engine.num_requests_waiting
+        return 1.0 / (1.0 + (queued + ctx.fleet.inflight.get(node.id, 0)) / QUEUE_HALF_SCORE)
+    return (ctx.best_predicted + PREDICTION_SLACK_SECONDS) / (predicted + PREDICTION_SLACK_SECONDS)
 
 
 def _affinity_score(ctx: _Context, node: NodeSnapshot) -> float:
+    blocks = ctx.request.prefix_blocks
+    if blocks:
+        if ctx.fleet.queued(node) >= ctx.limits.affinity_max_queue:
+            return 0.0
+        matched = ctx.matched.get(node.id)
+        if matched is None:
+            matched = ctx.fleet.cached_blocks(node.id, blocks)
+        return matched / len(blocks)
     if node.id != ctx.affinity_node:
         return 0.0
     return 1.0 if ctx.fleet.queued(node) < ctx.limits.affinity_max_queue else 0.0
@@ -282,11 +330,75 @@ def node_latency_p95(stats: GatewayStats, node: NodeSnapshot) -> float | None:
     return node.engine.e2e_p95_ms
 
 
+@functools.cache
+def profile_rates(profile: str | None, gpu_count: int) -> tuple[float, float]:
+    """Prefill tokens per second and decode steps per second of the reference model on a node
+    of this hardware profile, from its datasheet figures (a fallback for unknown hardware)."""
+    found = profile_named(profile) if profile else None
+    rates = found and serving_rates(
+        found,
+        params_billion=REFERENCE_PARAMS_BILLION,
+        kv_bytes_per_token=REFERENCE_KV_BYTES_PER_TOKEN,
+        gpu_count=max(gpu_count, 1),
+    )
+    if rates is None:
+        return FALLBACK_PREFILL_TOKENS_PER_SECOND, FALLBACK_DECODE_STEPS_PER_SECOND
+    return rates.prefill_tokens_per_second, rates.decode_steps_per_second
+
+
+def predicted_wait(
+    fleet: FleetView, node: NodeSnapshot, request: RouteRequest, matched: int = 0
+) -> float:
+    """Predicted first-token seconds plus decode seconds at DECODE_SECONDS_WEIGHT."""
+    _, decode_rate = profile_rates(node.profile, node.gpu_count)
+    running = node.engine.num_requests_running
+    if running and node.engine.generation_tokens_per_second > 0:
+        decode_rate = node.engine.generation_tokens_per_second / running  # measured, per sequence
+    decode = request.completion_tokens / decode_rate
+    return predicted_ttft(fleet, node, request, matched) + DECODE_SECONDS_WEIGHT * decode
+
+
+def predicted_ttft(
+    fleet: FleetView, node: NodeSnapshot, request: RouteRequest, matched: int | None = None
+) -> float:
+    """Seconds until the request's first token on the node: the prompt tokens queued ahead of
+    it (what this process sent and has no first token for, plus the engine's other waiting
+    requests at an assumed size) and its own uncached tokens, at the node's prefill rate."""
+    prefill_rate, _ = profile_rates(node.profile, node.gpu_count)
+    work = fleet.work.get(node.id)
+    tracked, prefilling, queued = (
+        (work.requests, work.prefilling, work.prefill_tokens) if work else (0, 0, 0)
+    )
+    # The engine's requests that are not ours (ours it counts too, once its heartbeat is newer
+    # than them): the waiting ones whole, the running ones at a share; and requests counted in
+    # flight here without recorded work.
+    engine = node.engine
+    others = max(engine.num_requests_running + engine.num_requests_waiting - tracked, 0)
+    others_waiting = min(others, max(engine.num_requests_waiting - prefilling, 0))
+    unknown = (
+        others_waiting
+        + (others - others_waiting) * UNKNOWN_RUNNING_SHARE
+        + max(fleet.inflight.get(node.id, 0) - tracked, 0)
+    )
+    own = request.prompt_tokens
+    if matched is None:
+        matched = fleet.cached_blocks(node.id, request.prefix_blocks)
+    own -= min(matched * PREFIX_BLOCK_TOKENS, own)
+    return (queued + unknown * UNKNOWN_PROMPT_TOKENS + own) / prefill_rate
+
+
 def cost_per_1k_tokens(node: NodeSnapshot) -> float | None:
-    """USD per 1,000 generated tokens: the node's hourly price over its measured throughput."""
-    if node.hourly_price_usd <= 0 or node.engine.generation_tokens_per_second <= 0:
+    """USD per 1,000 generated tokens: the node's hourly price over its throughput, the more
+    of what it measured and what its hardware profile can decode at half its batch."""
+    if node.hourly_price_usd <= 0:
         return None
-    return node.hourly_price_usd / (node.engine.generation_tokens_per_second * 3.6)
+    capacity = 0.0
+    if node.profile and node.max_num_seqs:
+        capacity = profile_rates(node.profile, node.gpu_count)[1] * node.max_num_seqs / 2
+    throughput = max(node.engine.generation_tokens_per_second, capacity)
+    if throughput <= 0:
+        return None
+    return node.hourly_price_usd / (throughput * 3.6)
 
 
 def mix64(key: int, node_id: int) -> int:
@@ -339,6 +451,7 @@ class Router:
         self._request_scorers = tuple(
             (name, fn, weights[name]) for name, fn in REQUEST_SCORERS if weights.get(name)
         )
+        self._request_weights = {name for name, _, _ in self._request_scorers}
         self._standing: dict[str, tuple[int, list[_Standing]]] = {}
 
     def decide(self, request: RouteRequest, *, exclude: Collection[int] = ()) -> Decision:
@@ -411,7 +524,16 @@ class Router:
                     eligible.append((verdict, standing))
         if not eligible:
             return Decision(node=None, pool=pool, verdicts=verdicts)
-        if request.affinity is not None:
+        if "queue" in self._request_weights:
+            blocks = request.prefix_blocks
+            for verdict, _ in eligible:
+                node = verdict.node
+                matched = ctx.matched[node.id] = (
+                    self.fleet.cached_blocks(node.id, blocks) if blocks else 0
+                )
+                ctx.predicted[node.id] = predicted_wait(self.fleet, node, request, matched)
+            ctx.best_predicted = min(ctx.predicted.values())
+        if request.affinity is not None and not request.prefix_blocks:
             key = request.affinity
             ctx.affinity_node = max(eligible, key=lambda pair: mix64(key, pair[0].node.id))[
                 0
@@ -427,4 +549,9 @@ class Router:
             verdict.scores, verdict.total = scores, total
             if best is None or total > best.total:
                 best = verdict
-        return Decision(node=best.node, pool=pool, verdicts=verdicts)
+        return Decision(
+            node=best.node,
+            pool=pool,
+            verdicts=verdicts,
+            predicted_ttft_s=predicted_ttft(self.fleet, best.node, request),
+        )

@@ -306,3 +306,45 @@ def match_profile(
         generic_profile(name=name, memory_mb=memory_mb, compute_capability=compute_capability),
         reason,
     )
+
+
+# A dense decoder's prefill needs about 2 FLOPs per parameter per token; engines reach roughly
+# this share of the datasheet's dense FP16 rate on long prompts (vLLM on H100/A100/L4 measures
+# 40-60%).
+PREFILL_MFU = 0.5
+# Decode reads every weight once per step; engines reach roughly this share of the datasheet
+# bandwidth.
+DECODE_BANDWIDTH_EFFICIENCY = 0.7
+# Share of GPU memory vLLM takes (--gpu-memory-utilization's default).
+GPU_MEMORY_UTILIZATION = 0.9
+
+
+@dataclass(frozen=True, slots=True)
+class ServingRates:
+    """What a GPU of a profile serves for one dense model, from its datasheet figures."""
+
+    prefill_tokens_per_second: float
+    decode_steps_per_second: float  # a step decodes one token of every running sequence
+    kv_cache_tokens: int  # tokens of KV cache left after the weights
+
+
+def serving_rates(
+    profile: Profile,
+    *,
+    params_billion: float,
+    kv_bytes_per_token: int,
+    bytes_per_param: float = 2.0,
+    gpu_count: int = 1,
+) -> ServingRates | None:
+    """A profile's prefill and decode rates for a model, or None for the CPU profile."""
+    if profile.fp16_tflops is None or profile.memory_bandwidth_gbps is None:
+        return None
+    weights = params_billion * 1e9 * bytes_per_param
+    memory = (profile.memory_gb or 0.0) * 1e9 * GPU_MEMORY_UTILIZATION * gpu_count
+    return ServingRates(
+        prefill_tokens_per_second=profile.fp16_tflops * 1e12 * gpu_count * PREFILL_MFU
+        / (2 * params_billion * 1e9),
+        decode_steps_per_second=profile.memory_bandwidth_gbps * 1e9 * gpu_count
+        * DECODE_BANDWIDTH_EFFICIENCY / weights,
+        kv_cache_tokens=max(0, int((memory - weights) / kv_bytes_per_token)),
+    )  # fmt: skip

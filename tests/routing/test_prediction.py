@@ -1,0 +1,100 @@
+"""Routing by predicted work: queued prompt tokens, hardware rates, prefix blocks, KV queueing."""
+
+import pytest
+
+from apps.gateway.prompts import PREFIX_BLOCK_CHARS, prefix_blocks
+from apps.gateway.schemas import Endpoint, validate_completion
+from apps.routing.breaker import slow_limit_ms
+from apps.routing.router import predicted_ttft, profile_rates
+from tests.routing.factories import make_router, make_snapshot, route_request
+
+LONG = 131_072  # a context that fits every prompt here
+
+
+def chosen(router, request=None) -> str | None:
+    decision = router.decide(request or route_request())
+    return decision.node.name if decision.node else None
+
+
+def test_the_node_with_less_queued_work_wins_not_the_one_with_fewer_requests():
+    few = make_snapshot(name="few", max_model_len=LONG)
+    many = make_snapshot(name="many", max_model_len=LONG)
+    router = make_router(few, many)
+    for node, prompts in ((few, [60_000]), (many, [200, 200, 200])):
+        for tokens in prompts:
+            router.fleet.inflight[node.id] += 1
+            router.fleet.begin(node.id, prompt_tokens=tokens, completion_tokens=100)
+    assert chosen(router, route_request(prompt_tokens=30_000)) == "many"
+
+
+def test_a_faster_gpu_predicts_a_sooner_first_token():
+    h100 = make_snapshot(name="h100", profile="nvidia-h100-sxm", gpu_count=1, max_model_len=LONG)
+    l4 = make_snapshot(name="l4", profile="nvidia-l4", gpu_count=1, max_model_len=LONG)
+    router = make_router(h100, l4)
+    request = route_request(prompt_tokens=20_000)
+    assert (
+        predicted_ttft(router.fleet, h100, request) < predicted_ttft(router.fleet, l4, request) / 5
+    )
+    assert chosen(router, request) == "h100"
+    # Unknown hardware predicts at a modest fallback rate rather than failing.
+    assert profile_rates(None, 0)[0] > 0
+
+
+def test_first_tokens_and_endings_take_work_off_the_node():
+    node = make_snapshot()
+    router = make_router(node)
+    ticket = router.fleet.begin(node.id, prompt_tokens=5000, completion_tokens=50)
+    assert router.fleet.work[node.id].prefill_tokens == 5000
+    router.fleet.prefilled(ticket)
+    assert router.fleet.work[node.id].prefill_tokens == 0
+    router.fleet.end(ticket)
+    work = router.fleet.work[node.id]
+    assert (work.requests, work.prefilling, work.decode_tokens) == (0, 0, 0)
+
+
+def test_a_prompt_goes_where_its_prefix_was_sent_until_that_node_is_busy():
+    nodes = [make_snapshot(name=f"n{i}", max_model_len=LONG) for i in range(3)]
+    router = make_router(*nodes)
+    shared = (1, 2, 3, 4, 5, 6, 7, 8)
+    router.fleet.begin(nodes[2].id, prompt_tokens=10, completion_tokens=1, blocks=shared)
+    request = route_request(prompt_tokens=8 * 512, prefix_blocks=(*shared, 99))
+    assert router.fleet.cached_blocks(nodes[2].id, request.prefix_blocks) == 8
+    assert chosen(router, request) == "n2"
+    router.fleet.inflight[nodes[2].id] += 10  # the load guard: affinity yields
+    assert chosen(router, request) != "n2"
+
+
+def test_a_full_kv_cache_queues_the_request_instead_of_refusing_it():
+    full = make_snapshot(kv_cache_usage=0.99)
+    decision = make_router(full).decide(route_request())
+    assert decision.node is None and decision.saturated
+
+
+def test_slowness_is_measured_against_the_prediction(settings):
+    settings.DMX_BREAKER_SLOW_TTFT_SECONDS = 2.0
+    settings.DMX_BREAKER_SLOW_SLA_FACTOR = 4.0
+    assert slow_limit_ms(None, None) == 2000
+    assert slow_limit_ms(None, 100.0) == 2000  # a fast prediction keeps the floor
+    assert slow_limit_ms(None, 3000.0) == 12_000  # 4 times a 3 s prediction
+
+
+def chat(*contents: str):
+    messages = [{"role": "user", "content": c} for c in contents]
+    return validate_completion(Endpoint.CHAT, {"model": "m", "messages": messages})
+
+
+def test_prefix_blocks_chain_like_the_engines_cache():
+    base = "x" * (3 * PREFIX_BLOCK_CHARS)
+    a, b = prefix_blocks(chat(base)), prefix_blocks(chat(base, "y" * PREFIX_BLOCK_CHARS))
+    assert len(a) == 3 and b[:3] == a and len(b) == 4
+    changed = prefix_blocks(chat("z" + base[1:]))
+    assert not set(changed) & set(a)  # a change in block 0 changes every later hash
+    assert prefix_blocks(chat("short")) == ()
+
+
+@pytest.mark.parametrize("blocks", [0, 1000])
+def test_prefix_blocks_are_bounded(blocks):
+    from apps.gateway.prompts import MAX_PREFIX_BLOCKS
+
+    request = chat("w" * (blocks * PREFIX_BLOCK_CHARS + 10))
+    assert len(prefix_blocks(request)) == min(blocks, MAX_PREFIX_BLOCKS)
