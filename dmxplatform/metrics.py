@@ -119,6 +119,13 @@ gateway_refusals = Counter(
 for _code in ("connect", "stream"):
     gateway_upstream_errors.labels(_code)
 
+gateway_intents = Counter(
+    "dmx_gateway_intents_total",
+    "Completion requests by the intent the classifier gave them and whether its confidence was "
+    "below DMX_INTENT_MIN_CONFIDENCE (`low`: routed by the alias's default route), for drift.",
+    ["intent", "confidence"],
+)
+
 node_heartbeats = Counter(
     "dmx_node_heartbeats_total",
     "Node heartbeats this process answered, by HTTP status (401: a bad or revoked token).",

@@ -40,7 +40,12 @@ from apps.gateway.upstream_http import UpstreamConnectionError, UpstreamTimeout
 from apps.keys.gate import UsageStatus
 from dmxplatform import metrics
 from dmxplatform.clients import client_address
-from dmxplatform.errors import ApplicationError, ServiceUnavailableError, UpstreamError
+from dmxplatform.errors import (
+    ApplicationError,
+    NotFoundError,
+    ServiceUnavailableError,
+    UpstreamError,
+)
 from dmxplatform.logs import bind_request
 from dmxplatform.resp import RedisUnavailable
 from dmxplatform.responses import read_body
@@ -131,11 +136,25 @@ def prepare(state: CompletionState, runtime: GatewayRuntime, body: bytes) -> Non
     large, so that a prompt of megabytes does not hold the event loop."""
     request = state.request = validate_completion(state.endpoint, parse_json(body))
     state.clock.mark(Stage.PARSE)
-    state.intent = classify(intent_text(request)).label
+    prediction = classify(intent_text(request))
+    state.intent = prediction.label
     state.clock.mark(Stage.INTENT)
-    model, state.preferred = runtime.dispatcher.resolve(
-        request.model, intent=state.intent, request_id=state.request_id, allows=state.key.allows
+    # A label the classifier is unsure of routes by the alias's default ("") route; an alias
+    # without one still routes by the label, the best guess there is.
+    sure = prediction.confidence >= settings.DMX_INTENT_MIN_CONFIDENCE
+    metrics.gateway_intents.labels(state.intent, "ok" if sure else "low").inc()
+    resolve = functools.partial(
+        runtime.dispatcher.resolve,
+        request.model,
+        request_id=state.request_id,
+        allows=state.key.allows,
     )
+    try:
+        model, state.preferred = resolve(intent=state.intent if sure else "")
+    except NotFoundError:
+        if sure:
+            raise
+        model, state.preferred = resolve(intent=state.intent)
     state.model = model
     limit = state.context_limit = context_limit(model, runtime.dispatcher.kv_pressure(model.name))
     check_context_bound(model, request, limit)

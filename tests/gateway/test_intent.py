@@ -16,14 +16,29 @@ import zlib
 from collections import Counter
 from io import StringIO
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from django.core.management import call_command
 
-from apps.gateway.intent import LABELS, ArtifactError, Intent, Prediction, classify, load
+from apps.gateway.intent import (
+    LABELS,
+    ArtifactError,
+    Intent,
+    Prediction,
+    classify,
+    last_user_turn,
+    load,
+)
 from apps.gateway.intent.features import HEAD_CHARS, TAIL_CHARS, features, normalise
 from apps.gateway.intent.model import ARTIFACT_PATH, IntentModel
+from apps.gateway.pipeline import prepare
+from apps.gateway.prompts import intent_text
+from apps.gateway.schemas import Endpoint, validate_completion
+from apps.gateway.state import CompletionState
+from dmxplatform import metrics
+from dmxplatform.errors import NotFoundError
 
 ARTIFACT_LIMIT_BYTES = 20 * 1024 * 1024
 
@@ -276,3 +291,122 @@ def test_classify_intent_command_prints_json():
     assert set(result) == {"label", "confidence"}
     assert result["label"] == "translation"
     assert 0.0 < result["confidence"] <= 1.0
+
+
+# Issue 19: the label is the user's task, not the topic of what is pasted with it or the app's
+# boilerplate in front of it. Before the instruction reading (reading.py) the summaries of
+# pasted code were labelled "code" (at 0.97-1.0), the poem's translation held at 0.51, and the
+# boilerplate was read as part of the prompt.
+PASTED_CODE = (
+    "```python\nimport csv\n\ndef totals(path):\n    sums = {}\n    with open(path) as f:\n"
+    "        for row in csv.DictReader(f):\n"
+    "            sums[row['region']] = sums.get(row['region'], 0) + float(row['amount'])\n"
+    "    return sums\n```"
+)
+PASTED_JS = (
+    "```js\nfunction debounce(fn, ms) {\n  let t;\n  return (...args) => {\n"
+    "    clearTimeout(t);\n    t = setTimeout(() => fn(...args), ms);\n  };\n}\n```"
+)
+POEM = (
+    "> Shall I compare thee to a summer's day?\n> Thou art more lovely and more temperate:\n"
+    "> Rough winds do shake the darling buds of May,\n"
+    "> And summer's lease hath all too short a date."
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "label"),
+    [
+        (f"Summarize what this code does in two sentences:\n{PASTED_CODE}", "summarization"),
+        (f"请总结一下这段代码做了什么：\n{PASTED_JS}", "summarization"),
+        (f"Translate this poem into French:\n{POEM}", "translation"),
+        (f"{PASTED_CODE}\n\nsummarise the above for the changelog, one line", "summarization"),
+    ],
+)
+def test_pasted_material_of_another_topic_does_not_decide(text, label):
+    assert classify(text).label == label
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 19, open: a word problem told as a story reads as its question alone "
+    "(the story is material) and the question has no numbers",
+)
+def test_a_word_problem_told_as_a_story_stays_math():
+    story = (
+        "Tom had 48 stickers. He gave a quarter of them to his sister, then bought 3 packs of 6 "
+        "stickers each, and lost 5 on the bus home."
+    )
+    assert classify(f"{story}\n\nHow many stickers does Tom have now?").label == "math"
+
+
+@pytest.mark.parametrize(
+    "boilerplate",
+    [
+        "You are a helpful assistant.",
+        "You are an expert software engineer. Answer concisely.",
+        "System: You are a coding assistant for a Python team.",
+        "请用中文回答。",
+        "你是一名资深Python工程师，请用中文回答。",
+    ],
+)
+@pytest.mark.parametrize(
+    "ask",
+    ["write a haiku about the first snow", "为什么天空是蓝色的？", "hey, how was your weekend?"],
+)
+def test_boilerplate_prefixes_are_not_read(boilerplate, ask):
+    ids, values = features(f"{boilerplate}\n\n{ask}")
+    plain_ids, plain_values = features(ask)
+    np.testing.assert_array_equal(ids, plain_ids)
+    np.testing.assert_array_equal(values, plain_values)
+
+
+def test_a_conversation_is_labelled_by_its_last_user_turn():
+    messages = [
+        {"role": "system", "content": "You are a translator. Translate what the user writes."},
+        {"role": "user", "content": "write me a short poem about autumn leaves"},
+        {"role": "assistant", "content": "Golden leaves drift down..."},
+        {"role": "user", "content": "解方程：2x² - 8x + 6 = 0"},
+    ]
+    assert classify(last_user_turn(messages)).label == "math"
+    content_parts = [{**m, "content": [{"type": "text", "text": m["content"]}]} for m in messages]
+    request = validate_completion(Endpoint.CHAT, {"model": "any", "messages": content_parts})
+    assert intent_text(request) == "解方程：2x² - 8x + 6 = 0"
+
+
+class _Resolved(Exception):
+    """Stops prepare() at the routing call, carrying the intent it routed by."""
+
+
+def _routed_intent(text: str, *, default_route: bool = True) -> str:
+    def resolve(name, *, intent, request_id, allows):
+        if intent == "" and not default_route:
+            raise NotFoundError("no default route")
+        raise _Resolved(intent)
+
+    runtime = SimpleNamespace(dispatcher=SimpleNamespace(resolve=resolve))
+    key = SimpleNamespace(allows=lambda name: True)
+    state = CompletionState(Endpoint.CHAT, {}, None, None, key=key)
+    body = json.dumps({"model": "auto", "messages": [{"role": "user", "content": text}]})
+    with pytest.raises(_Resolved) as routed:
+        prepare(state, runtime, body.encode())
+    return routed.value.args[0]
+
+
+def _intents_counted(confidence: str) -> float:
+    labels = {"intent": "code", "confidence": confidence}
+    # The counter's own samples: the global registry also runs collectors that read the database.
+    samples = [sample for family in metrics.gateway_intents.collect() for sample in family.samples]
+    matching = [s.value for s in samples if s.name.endswith("_total") and s.labels == labels]
+    return matching[0] if matching else 0.0
+
+
+def test_a_low_confidence_label_routes_by_the_alias_default_and_is_counted(settings):
+    text = "Write a Python function that reverses a list."
+    sure, unsure = _intents_counted("ok"), _intents_counted("low")
+    settings.DMX_INTENT_MIN_CONFIDENCE = 0.0
+    assert _routed_intent(text) == "code"
+    settings.DMX_INTENT_MIN_CONFIDENCE = 1.01  # above any probability: every label is unsure
+    assert _routed_intent(text) == ""
+    assert (_intents_counted("ok"), _intents_counted("low")) == (sure + 1, unsure + 1)
+    assert _routed_intent(text, default_route=False) == "code"  # an alias without a default

@@ -11,11 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from apps.gateway.intent.labels import LABELS
+from apps.gateway.intent.reading import last_user_turn
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 TRAIN_FILE = "train.jsonl"
 HELDOUT_FILE = "heldout.jsonl"
 NATURAL_FILE = "natural.jsonl"
+# Built unlike the training data (tools/intent/realistic.py, data/README.md); never trained on.
+REALISTIC_FILE = "realistic.jsonl"
 LANGS = ("en", "zh", "mixed")
 
 
@@ -25,6 +28,14 @@ class Example:
     label: str
     lang: str
     family: str = ""  # the phrasing family of a templated prompt; empty for hand-written ones
+    # A chat request's messages ({"role", "content"}), when the example is one; text is then
+    # its last user message.
+    messages: tuple[dict[str, str], ...] = ()
+
+    @property
+    def prompt(self) -> str:
+        """Return what the gateway classifies for the example: its last user turn, or its text."""
+        return last_user_turn(self.messages) if self.messages else self.text
 
     def as_row(self) -> dict[str, str]:
         row = {"text": self.text, "label": self.label, "lang": self.lang}
@@ -41,7 +52,13 @@ def load_examples(name: str, directory: Path = DATA_DIR) -> list[Example]:
             if not line.strip():
                 continue
             row = json.loads(line)
-            example = Example(row["text"], row["label"], row["lang"], row.get("family", ""))
+            example = Example(
+                row["text"],
+                row["label"],
+                row["lang"],
+                row.get("family", ""),
+                tuple(row.get("messages", ())),
+            )
             if example.label not in LABELS or example.lang not in LANGS:
                 raise ValueError(f"{name}:{number}: unknown label or lang in {row}")
             examples.append(example)

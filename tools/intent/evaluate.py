@@ -62,7 +62,7 @@ def evaluate(model: IntentModel, examples: Sequence[Example]) -> Evaluation:
     lang_correct = dict.fromkeys(LANGS, 0)
     lang_total = dict.fromkeys(LANGS, 0)
     for example in examples:
-        predicted = model.classify(example.text).label
+        predicted = model.classify(example.prompt).label
         confusion[LABELS.index(example.label), LABELS.index(predicted)] += 1
         lang_total[example.lang] += 1
         lang_correct[example.lang] += predicted == example.label

@@ -21,7 +21,7 @@ from pathlib import Path
 from random import Random
 from typing import Any
 
-from apps.gateway.intent.features import normalise
+from apps.gateway.intent.features import fold
 from tools.intent import fillers_math as maths
 from tools.intent.dataset import DATA_DIR, HELDOUT_FILE, TRAIN_FILE, Example
 from tools.intent.tables import Family, load_families, load_table
@@ -268,7 +268,7 @@ def _family_rows(family: Family, pick: Pick, rng: Random) -> Iterator[str]:
             return
         template = rng.choice(family.templates)
         text = decorate(template.format_map(_Filler(pick, rng)), family.lang, rng)
-        key = normalise(text)
+        key = fold(text)
         if key not in seen:
             seen.add(key)
             yield text
@@ -289,13 +289,13 @@ def generate(seed: int = SEED) -> dict[str, list[Example]]:
             return value(rng) if callable(value) else value
 
         for text in _family_rows(family, pick, rng):
-            labels_of[normalise(text)].add(family.label)
+            labels_of[fold(text)].add(family.label)
             rows[side].append(Example(text, family.label, family.lang, family.name))
     seen: set[str] = set()
     for side, examples in rows.items():
         kept = []
         for example in examples:
-            key = normalise(example.text)
+            key = fold(example.text)
             if len(labels_of[key]) == 1 and key not in seen:
                 seen.add(key)
                 kept.append(example)

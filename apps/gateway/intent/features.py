@@ -17,6 +17,7 @@ import unicodedata
 import numpy as np
 
 from apps.gateway.intent import _hashing
+from apps.gateway.intent.reading import instruction
 
 # Fixed in _hashing.c, named here for the model and the artifact's self-description.
 # 131,072 buckets: measured as accurate as 2**18 and 2**19, 2 MB as float16.
@@ -28,6 +29,9 @@ BUCKETS = 1 << BUCKET_BITS
 # also bounds the classifier's latency whatever the prompt's length.
 HEAD_CHARS = 1000
 TAIL_CHARS = 200
+# What the instruction reading (reading.py) scans at most: its regular expressions run over the
+# two ends of a longer prompt only, so that its cost is bounded too.
+READ_CHARS = 4096
 # 1-3-grams: most Chinese words are one to three characters; 4-grams measured no better on
 # unseen phrasings and cost a third more time.
 CHAR_NGRAM_MAX = _hashing.CHAR_NGRAM_MAX
@@ -43,6 +47,13 @@ _FULL_WIDTH_OFFSET = 0xFF01 - 0x21
 
 
 def normalise(text: str) -> str:
+    """Return the prompt's instruction (reading.py), folded: what the features are made of."""
+    if len(text) > 2 * READ_CHARS:
+        text = f"{text[:READ_CHARS]}\n{text[-READ_CHARS:]}"
+    return fold(instruction(text))
+
+
+def fold(text: str) -> str:
     """Return the capped, NFKC-normalised, casefolded text with whitespace runs made one space."""
     if len(text) > HEAD_CHARS + TAIL_CHARS:
         text = f"{text[:HEAD_CHARS]}\n{text[-TAIL_CHARS:]}"

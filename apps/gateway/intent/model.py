@@ -14,7 +14,7 @@ from apps.gateway.intent.labels import LABELS, Intent
 
 # Bump when the artifact's layout or the feature extraction changes meaning: an artifact written
 # for other features would load without error and classify nonsense.
-ARTIFACT_VERSION = 1
+ARTIFACT_VERSION = 2  # 2: reading.py's instruction, and a softmax temperature
 ARTIFACT_PATH = Path(__file__).resolve().parent / "artifacts" / "intent.npz"
 
 
@@ -25,7 +25,7 @@ class ArtifactError(Exception):
 @dataclass(frozen=True, slots=True)
 class Prediction:
     label: Intent
-    confidence: float  # the softmax probability of the label
+    confidence: float  # the calibrated softmax probability of the label (see temperature)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +50,9 @@ class IntentModel:
     weights: np.ndarray  # (BUCKETS, len(LABELS)) float32, one row per feature bucket
     bias: np.ndarray  # (len(LABELS),) float32
     provenance: Provenance
+    # Logits are divided by it before the softmax; fitted on held-out prompts (tools/intent/
+    # calibrate.py) so that a confidence of 0.9 is right about 90% of the time.
+    temperature: float = 1.0
     labels: tuple[Intent, ...] = field(default=tuple(Intent(label) for label in LABELS))
 
     def __post_init__(self) -> None:
@@ -62,7 +65,7 @@ class IntentModel:
 
     def probabilities(self, text: str) -> list[float]:
         # Eight numbers: plain Python beats numpy's per-call overhead here.
-        logits = self.logits(text)
+        logits = [value / self.temperature for value in self.logits(text)]
         top = max(logits)
         exp = [math.exp(value - top) for value in logits]
         total = sum(exp)
@@ -83,6 +86,7 @@ class IntentModel:
                 labels=np.array([str(label) for label in self.labels]),
                 weights=self.weights.astype(np.float16),
                 bias=self.bias.astype(np.float32),
+                temperature=np.float64(self.temperature),
                 seed=np.int64(self.provenance.seed),
                 epochs=np.int32(self.provenance.epochs),
                 examples=np.int32(self.provenance.examples),
@@ -115,6 +119,7 @@ class IntentModel:
             return cls(
                 weights=weights,
                 bias=archive["bias"].astype(np.float32),
+                temperature=float(archive["temperature"]),
                 provenance=Provenance(
                     seed=int(archive["seed"]),
                     epochs=int(archive["epochs"]),

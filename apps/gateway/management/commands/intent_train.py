@@ -10,7 +10,7 @@ from pathlib import Path
 from django.core.management.base import BaseCommand
 
 from apps.gateway.intent.model import ARTIFACT_PATH
-from tools.intent.dataset import HELDOUT_FILE, load_examples
+from tools.intent.dataset import REALISTIC_FILE, load_examples
 from tools.intent.evaluate import evaluate
 from tools.intent.train import EPOCHS, SEED, train_from_files
 
@@ -29,10 +29,11 @@ class Command(BaseCommand):
         elapsed = time.perf_counter() - started
         output: Path = options["output"]
         model.save(output)
-        heldout = evaluate(model, load_examples(HELDOUT_FILE))
+        realistic = evaluate(model, load_examples(REALISTIC_FILE))
         self.stdout.write(
             f"trained on {model.provenance.examples} prompts in {elapsed:.1f}s "
             f"(seed {options['seed']}, {options['epochs']} epochs); "
-            f"held-out accuracy {heldout.overall:.3f}; wrote {output} "
+            f"temperature {model.temperature:.2f}; realistic-set accuracy "
+            f"{realistic.overall:.3f}; wrote {output} "
             f"({output.stat().st_size / 1e6:.1f} MB)"
         )
