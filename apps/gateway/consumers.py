@@ -15,6 +15,7 @@ from apps.gateway.pipeline import complete
 from apps.gateway.runtime import get_runtime, shutdown_runtime
 from apps.gateway.schemas import Endpoint
 from apps.gateway.state import CompletionState, new_request_id
+from apps.models.catalog import ModelEntry
 from apps.models.errors import ModelsErrorCode
 from dmxplatform.errors import ApplicationError, NotFoundError
 from dmxplatform.responses import (
@@ -53,9 +54,7 @@ class ModelsEndpoint:
             runtime = await get_runtime()
             key = await runtime.gate.key(header(scope, b"authorization"))
             models = [
-                {"id": m.name, "object": "model", "created": m.created, "owned_by": m.owned_by}
-                for m in runtime.dispatcher.served_models()
-                if key.allows(m.name)
+                _model_object(m) for m in runtime.dispatcher.served_models() if key.allows(m.name)
             ]
             wanted = scope["url_route"]["kwargs"].get("model")
             if wanted is None:
@@ -71,6 +70,19 @@ class ModelsEndpoint:
             await send_json(send, 200, dumps(found), headers)
         except ApplicationError as error:
             await send_error(send, error, headers)
+
+
+def _model_object(model: ModelEntry) -> dict[str, Any]:
+    """OpenAI's model object, with what a client must know to call it: its kind (`generate`
+    or `embed`) and its context length (`max_model_len`, as vLLM's /v1/models says it)."""
+    return {
+        "id": model.name,
+        "object": "model",
+        "created": model.created,
+        "owned_by": model.owned_by,
+        "kind": model.kind,
+        "max_model_len": model.max_context_tokens,
+    }
 
 
 class LivenessEndpoint:

@@ -9,8 +9,8 @@ import time
 
 from apps.gateway import sse
 from apps.gateway.errors import GatewayErrorCode
-from apps.gateway.outputs import StreamEditor, filter_response
-from apps.gateway.prompts import affinity_key
+from apps.gateway.outputs import StreamEditor, filter_response, identity
+from apps.gateway.prompts import affinity_key, prefix_blocks
 from apps.gateway.runtime import GatewayRuntime
 from apps.gateway.settlement import settle, submit
 from apps.gateway.state import CompletionState
@@ -36,6 +36,7 @@ async def forward(state: CompletionState, runtime: GatewayRuntime) -> None:
             priority=key.priority,
             affinity=affinity_key(request),
             preferred_profiles=state.preferred,
+            prefix_blocks=prefix_blocks(request),
         ),
         state.clock,
         asked=request.model,
@@ -75,7 +76,7 @@ async def _respond(
         raise state.timed_out() from None
     state.first_token_at = state.clock.mark(Stage.GENERATE)
     data, state.usage, flags, blocked = filter_response(
-        data, runtime.content_filter, endpoint=state.endpoint
+        data, runtime.content_filter, endpoint=state.endpoint, identity=_identity(state)
     )
     state.flags = sorted({*state.flags, *flags})
     if blocked:
@@ -108,6 +109,10 @@ async def _stream(
     await settle(state, runtime)
 
 
+def _identity(state: CompletionState) -> dict[str, str]:
+    return identity(model=state.request.model, version_tag=state.node.version_tag)
+
+
 async def _wait_disconnect(receive) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
@@ -117,7 +122,10 @@ async def _relay(
     state: CompletionState, runtime: GatewayRuntime, response: UpstreamResponse
 ) -> None:
     editor = state.editor = StreamEditor(
-        runtime.content_filter, endpoint=state.endpoint, include_usage=state.request.include_usage
+        runtime.content_filter,
+        endpoint=state.endpoint,
+        include_usage=state.request.include_usage,
+        identity=_identity(state),
     )
     reply, dispatch = state.reply, state.dispatch
     splitter = sse.EventSplitter()

@@ -110,6 +110,7 @@ class ModelAvailability:
     name: str
     description: str
     owned_by: str
+    kind: str  # apps.models.choices.ModelKind
     context_length: int
     served: bool  # a node takes its requests now
 
@@ -128,6 +129,7 @@ def models_available() -> list[ModelAvailability]:
             name=model.name,
             description=model.description,
             owned_by=model.owned_by,
+            kind=model.kind,
             context_length=model.max_context_tokens,
             served=model.name in served,
         )

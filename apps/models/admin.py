@@ -34,7 +34,8 @@ class ModelVersionInline(admin.TabularInline):
 class LlmModelAdmin(ServiceDeletesMixin, admin.ModelAdmin):
     """Every change goes through a service, which tells the gateways to rebuild their catalog."""
 
-    list_display = ["name", "max_context_tokens", "owned_by", "is_active", "created_at"]
+    list_display = ["name", "kind", "max_context_tokens", "owned_by", "is_active", "created_at"]
+    list_filter = ["kind", "is_active"]
     search_fields = ["name"]
     inlines = [ModelVersionInline]
 

@@ -26,6 +26,7 @@ class ModelEntry:
     counter: PromptCounter | None
     sla_ttft_p95_ms: int | None = None
     sla_latency_p95_ms: int | None = None
+    kind: str = "generate"  # apps.models.choices.ModelKind
 
     def canaries(self) -> list[VersionEntry]:
         return [v for v in self.versions.values() if not v.is_stable and v.canary_percent > 0]

@@ -5,6 +5,8 @@ from __future__ import annotations
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 
+from apps.models.choices import ModelKind
+
 # Public model ids travel in URLs and JSON; keep them to the characters OpenAI and vLLM use.
 MODEL_NAME_VALIDATOR = RegexValidator(
     r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$",
@@ -32,6 +34,7 @@ class LlmModel(models.Model):
     name = models.CharField(max_length=128, unique=True, validators=[MODEL_NAME_VALIDATOR])
     description = models.CharField(max_length=255, blank=True)
     owned_by = models.CharField(max_length=64, default="dmx")
+    kind = models.CharField(max_length=16, choices=ModelKind.choices, default=ModelKind.GENERATE)
     max_context_tokens = models.PositiveIntegerField(
         validators=[MinValueValidator(1)],
         help_text="Prompt plus completion tokens the model accepts.",

@@ -51,6 +51,7 @@ def catalog_load(*, version: int, previous: Catalog | None = None) -> Catalog:
             id=model.id,
             name=model.name,
             owned_by=model.owned_by,
+            kind=model.kind,
             created=int(model.created_at.timestamp()),
             max_context_tokens=model.max_context_tokens,
             versions={

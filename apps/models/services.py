@@ -14,6 +14,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from apps.models.choices import ModelKind
 from apps.models.errors import ModelsErrorCode
 from apps.models.models import LlmModel, ModelVersion, Tokenizer
 from dmxplatform.audit.entries import audited_update
@@ -37,9 +38,11 @@ def llm_model_create(
     owned_by: str = "dmx",
     sla_ttft_p95_ms: int | None = None,
     sla_latency_p95_ms: int | None = None,
+    kind: str = ModelKind.GENERATE,
 ) -> LlmModel:
     model = LlmModel(
         name=name,
+        kind=kind,
         max_context_tokens=max_context_tokens,
         description=description,
         owned_by=owned_by,

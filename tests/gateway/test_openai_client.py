@@ -144,6 +144,66 @@ def test_models_lists_served_models_only(client):
     assert client.models.retrieve(MODEL).id == MODEL
 
 
+def test_models_say_each_models_kind_and_context_length(client, committed):
+    from apps.models.models import LlmModel
+
+    model = client.models.retrieve(MODEL)
+    registered = LlmModel.objects.get(name=MODEL)
+    assert (model.kind, model.max_model_len) == ("generate", registered.max_context_tokens)
+
+
+# What vLLM 0.32 adds to OpenAI's objects, which no answer of the platform may carry.
+ENGINE_FIELDS = {
+    "kv_transfer_params", "prompt_token_ids", "prompt_logprobs", "prompt_text", "token_ids",
+    "routed_experts", "ec_transfer_params", "metrics", "stop_reason",
+}  # fmt: skip
+
+
+def engine_fields_in(obj) -> set[str]:
+    if isinstance(obj, dict):
+        return (set(obj) & ENGINE_FIELDS).union(*map(engine_fields_in, obj.values()))
+    if isinstance(obj, list):
+        return set().union(*map(engine_fields_in, obj))
+    return set()
+
+
+def test_answers_carry_no_engine_field_and_name_the_model_as_asked(client):
+    raw = client.chat.completions.with_raw_response.create(
+        model=MODEL, messages=[{"role": "user", "content": "Hi."}], max_tokens=4
+    )
+    body = raw.http_response.json()
+    assert engine_fields_in(body) == set()
+    assert body["model"] == MODEL and body["system_fingerprint"].startswith("fp_dmx_v")
+    stream = client.chat.completions.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Hi."}],
+        max_tokens=4,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = [chunk.model_dump(exclude_unset=True) for chunk in stream]
+    assert chunks and engine_fields_in(chunks) == set()
+    assert {chunk["model"] for chunk in chunks} == {MODEL}
+
+
+def test_n_choices_are_each_generated_and_billed(client, committed):
+    raw = client.chat.completions.with_raw_response.create(
+        model=MODEL,
+        messages=[{"role": "user", "content": "Two answers."}],
+        max_tokens=5,
+        n=2,
+        extra_body={"ignore_eos": True},
+    )
+    completion = raw.parse()
+    assert [choice.index for choice in completion.choices] == [0, 1]
+    assert completion.usage.completion_tokens == 10
+    record = usage_row(raw.headers["x-request-id"])
+    assert (record.prompt_tokens, record.completion_tokens) == (
+        completion.usage.prompt_tokens,
+        10,
+    )
+
+
 def test_gateway_counts_prompt_tokens_exactly_as_vllm_does(client, platform, committed):
     """The gateway's own tokenizer and chat template agree with the engine's usage report."""
     from apps.models.selectors import catalog_load

@@ -112,3 +112,70 @@ def test_non_streamed_response_block_and_flag(action):
         assert term not in choice["message"]["content"]
     else:
         assert flags == [term] and choice["message"]["content"] == content
+
+
+# OpenAI's own description of these objects (openai_schema/: its openapi.yaml, cut), the yardstick
+# for what a response may carry.
+SCHEMA = orjson.loads((Path(__file__).parent / "openai_schema" / "openapi.json").read_bytes())
+
+
+def schema_fields(name: str, *path: str) -> set[str]:
+    """The property names of a component schema (following allOf), or of one nested in it."""
+    node = SCHEMA["components"]["schemas"][name]
+    for step in path:
+        node = node["properties"][step]
+        node = node.get("items", node)
+        if "$ref" in node:
+            node = SCHEMA["components"]["schemas"][node["$ref"].rsplit("/", 1)[1]]
+    fields = set(node.get("properties", {}))
+    for part in node.get("allOf", ()):
+        if "$ref" in part:
+            fields |= schema_fields(part["$ref"].rsplit("/", 1)[1])
+        fields |= set(part.get("properties", {}))
+    return fields
+
+
+def assert_openai_shape(obj: dict, response: str, *, holder: str | None) -> None:
+    assert set(obj) <= schema_fields(response), set(obj) - schema_fields(response)
+    for choice in obj["choices"]:
+        allowed = schema_fields(response, "choices")
+        assert set(choice) <= allowed, set(choice) - allowed
+        if holder:
+            allowed = schema_fields(response, "choices", holder) | {"reasoning"}
+            assert set(choice[holder]) <= allowed, set(choice[holder]) - allowed
+    if obj.get("usage"):
+        assert set(obj["usage"]) <= schema_fields("CompletionUsage")
+
+
+IDENTITY = {"model": "auto", "system_fingerprint": "fp_dmx_v2"}
+
+
+def test_a_completion_carries_openai_fields_only_and_the_clients_model_name():
+    body = (FIXTURES / "vllm-chat.json").read_bytes()
+    assert b"kv_transfer_params" in body and b"prompt_token_ids" in body  # as vLLM sends it
+    edited, usage, _, _ = filter_response(body, NO_TERMS, endpoint=Endpoint.CHAT, identity=IDENTITY)
+    response = orjson.loads(edited)
+    assert_openai_shape(response, "CreateChatCompletionResponse", holder="message")
+    assert (response["model"], response["system_fingerprint"]) == ("auto", "fp_dmx_v2")
+    assert response["choices"][0]["message"]["content"] == "reate多少少 la one"
+    assert "reasoning" not in response["choices"][0]["message"]  # null: not passed on
+    assert usage["completion_tokens"] == 6  # billed as vLLM counted
+
+
+@pytest.mark.parametrize(
+    ("fixture", "endpoint", "holder"),
+    [
+        ("vllm-chat-stream-continuous.sse", Endpoint.CHAT, "delta"),
+        ("vllm-completions-stream-continuous.sse", Endpoint.COMPLETIONS, None),
+    ],
+)
+def test_every_streamed_chunk_carries_openai_fields_only(fixture, endpoint, holder):
+    editor = StreamEditor(NO_TERMS, endpoint=endpoint, include_usage=True, identity=IDENTITY)
+    chunks = replay(editor, fixture)
+    response = "CreateChatCompletionStreamResponse" if holder else "CreateCompletionResponse"
+    for chunk in chunks:
+        assert_openai_shape(chunk, response, holder=holder)
+        assert (chunk["model"], chunk["system_fingerprint"]) == ("auto", "fp_dmx_v2")
+    assert chunks[-1]["usage"]["completion_tokens"] == editor.usage["completion_tokens"] > 0
+    closing = orjson.loads(editor.usage_chunk())
+    assert (closing["model"], closing["system_fingerprint"]) == ("auto", "fp_dmx_v2")

@@ -10,12 +10,16 @@ from rest_framework.views import APIView
 
 from apps.hardware.selectors import models_available
 from apps.keys.api.auth import ManagementApiMixin
+from apps.models.choices import ModelKind
 
 
 class ModelOutput(serializers.Serializer):
     name = serializers.CharField(help_text="What requests name in `model`.")
     description = serializers.CharField()
     owned_by = serializers.CharField()
+    kind = serializers.ChoiceField(
+        choices=ModelKind.choices, help_text="`generate` (chat, completions) or `embed`."
+    )
     context_length = serializers.IntegerField(help_text="Prompt plus completion tokens.")
     served = serializers.BooleanField(help_text="A node takes this model's requests now.")
 
