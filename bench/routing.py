@@ -49,6 +49,8 @@ def decision_benchmark() -> dict[str, float]:
             profile=rng.choice(["nvidia-h100-sxm", "nvidia-a100-sxm4-80gb", "nvidia-l4"]),
             gpu_count=1,
             max_num_seqs=32,
+            # Every prompt below fits: a decision that refuses all for context measures nothing.
+            max_model_len=131_072,
         )
         for i in range(NODES)
     ]

@@ -3,7 +3,9 @@
 Names as vLLM 0.12+ exports them (`vllm:kv_cache_usage_perc`; the old `gpu_*` names are gone).
 Values are summed across the `engine` label, so a data-parallel server reports its total.
 Latency percentiles and throughput are computed over the window between two reads, from the
-histograms' and counters' deltas: what the engine did lately, not since it started.
+histograms' and counters' deltas: what the engine did lately, not since it started. The prefill
+rate is measured over finished requests' prefills, once enough prompt tokens were computed for
+the figure to mean something, and kept until the next one.
 """
 
 from __future__ import annotations
@@ -22,6 +24,14 @@ PREFIX_HITS = "vllm:prefix_cache_hits_total"
 GENERATION_TOKENS = "vllm:generation_tokens_total"
 TTFT_BUCKETS = "vllm:time_to_first_token_seconds_bucket"
 E2E_BUCKETS = "vllm:e2e_request_latency_seconds_bucket"
+# Per finished request: the prompt tokens its prefill computed (cache hits excluded), and the
+# seconds it spent prefilling. Their sums' deltas give the engine's prefill rate.
+PREFILL_COMPUTED = "vllm:request_prefill_kv_computed_tokens_sum"
+PREFILL_SECONDS = "vllm:request_prefill_time_seconds_sum"
+# Prompt tokens computed before a prefill rate is taken: a few short prompts measure the
+# engine's per-request overhead (12 tokens in 20 ms on the CPU), not its rate. One
+# 512-token block, the unit the router predicts cache hits in.
+MIN_PREFILL_TOKENS = 512
 _LE = re.compile(r'le="([^"]+)"')
 
 Samples = dict[str, list[tuple[str, float]]]
@@ -89,6 +99,8 @@ class _Reading:
     ttft: dict[float, float]
     e2e: dict[float, float]
     generated: float
+    prefill_tokens: float
+    prefill_seconds: float
 
 
 class EngineMonitor:
@@ -96,6 +108,9 @@ class EngineMonitor:
 
     def __init__(self) -> None:
         self._last: _Reading | None = None
+        # The reading a prefill rate is measured from, and the last rate measured.
+        self._prefill_from: _Reading | None = None
+        self._prefill_rate = 0.0
 
     def observe(self, text: str, *, now: float) -> EngineLoad:
         samples = parse_samples(text)
@@ -105,6 +120,8 @@ class EngineMonitor:
             ttft=_buckets(samples, TTFT_BUCKETS),
             e2e=_buckets(samples, E2E_BUCKETS),
             generated=_total(samples, GENERATION_TOKENS),
+            prefill_tokens=_total(samples, PREFILL_COMPUTED),
+            prefill_seconds=_total(samples, PREFILL_SECONDS),
         )
         load = EngineLoad(
             num_requests_running=int(_total(samples, RUNNING)),
@@ -114,6 +131,7 @@ class EngineMonitor:
             prefix_cache_queries=_total(samples, PREFIX_QUERIES),
             prefix_cache_hits=_total(samples, PREFIX_HITS),
         )
+        load.prefill_tokens_per_second = self._measure_prefill(reading)
         previous, self._last = self._last, reading
         if previous is None or now <= previous.at:
             return load
@@ -124,3 +142,19 @@ class EngineMonitor:
         generated = max(reading.generated - previous.generated, 0.0)
         load.generation_tokens_per_second = round(generated / (now - previous.at), 2)
         return load
+
+    def _measure_prefill(self, reading: _Reading) -> float:
+        """Prompt tokens per second the engine prefilled since the last rate was taken, once
+        MIN_PREFILL_TOKENS were; else the last rate (0.0 before any). Prefills that ran side by
+        side each count their own seconds, so under load the figure is what one request saw,
+        below the engine's total rate: a cautious reading for predicting a wait."""
+        start = self._prefill_from
+        if start is None or reading.prefill_tokens < start.prefill_tokens:  # engine restarted
+            self._prefill_from = reading
+            return self._prefill_rate
+        tokens = reading.prefill_tokens - start.prefill_tokens
+        seconds = reading.prefill_seconds - start.prefill_seconds
+        if tokens >= MIN_PREFILL_TOKENS and seconds > 0:
+            self._prefill_rate = round(tokens / seconds, 1)
+            self._prefill_from = reading
+        return self._prefill_rate

@@ -146,6 +146,8 @@ class EngineLoad(Message):
     ttft_p95_ms: float | None = None
     e2e_p95_ms: float | None = None
     generation_tokens_per_second: float = 0.0
+    # Prompt tokens per second its prefills computed lately; 0.0 until measured.
+    prefill_tokens_per_second: float = 0.0
 
     def validate(self) -> None:
         if not 0.0 <= self.kv_cache_usage <= 1.0:

@@ -82,7 +82,7 @@ def check_context(
 def _check(
     model: ModelEntry, request: CompletionRequest, tokens: int, limit: int, *, at_least: bool
 ) -> None:
-    param = "messages" if request.endpoint is Endpoint.CHAT else "prompt"
+    param = request.prompt_param
     maximum = f"This model's maximum context length is {limit} tokens"
     if limit < model.max_context_tokens:
         maximum += f" while it is under load (normally {model.max_context_tokens})"

@@ -52,7 +52,7 @@ def screen_prompt(content_filter: ContentFilter, request: CompletionRequest) -> 
     if not len(content_filter):
         return []
     flags: set[str] = set()
-    param = "messages" if request.endpoint is Endpoint.CHAT else "prompt"
+    param = request.prompt_param
     for container, slot, text in _texts(request):
         matches = content_filter.scan(text)
         if not matches:

@@ -37,6 +37,7 @@ async def forward(state: CompletionState, runtime: GatewayRuntime) -> None:
             affinity=affinity_key(request),
             preferred_profiles=state.preferred,
             prefix_blocks=prefix_blocks(request),
+            prompt_param=request.prompt_param,
         ),
         state.clock,
         asked=request.model,

@@ -58,10 +58,13 @@ class CompletionRequest:
     n: int
 
     @property
+    def prompt_param(self) -> str:
+        """The body's field that holds the prompt."""
+        return "messages" if self.endpoint is Endpoint.CHAT else "prompt"
+
+    @property
     def prompt(self) -> Any:
-        return (
-            self.payload["messages"] if self.endpoint is Endpoint.CHAT else self.payload["prompt"]
-        )
+        return self.payload[self.prompt_param]
 
 
 def _invalid(message: str, param: str | None, code: GatewayErrorCode) -> InvalidRequestError:

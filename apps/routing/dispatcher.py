@@ -53,7 +53,12 @@ from apps.routing.services import ROUTING_TABLE_VERSION_KEY
 from apps.routing.stats import GatewayStats
 from apps.routing.table import RoutingTable
 from dmxplatform import metrics
-from dmxplatform.errors import ApplicationError, NotFoundError, ServiceUnavailableError
+from dmxplatform.errors import (
+    ApplicationError,
+    InvalidRequestError,
+    NotFoundError,
+    ServiceUnavailableError,
+)
 from dmxplatform.records import storable_text
 from dmxplatform.redis_client import rkey
 from dmxplatform.resp import RespClient
@@ -273,6 +278,17 @@ class Dispatch:
                 gauge.dec()
         if failure is not None:
             raise failure
+        decision = self.decision
+        if decision is not None and decision.too_long:
+            # No node of the model has the context for it: waiting or retrying cannot help.
+            raise InvalidRequestError(
+                f"No server of model `{self.asked}` has the context for this request: the "
+                f"longest holds {decision.longest_context} tokens, and the request needs "
+                f"{self.request.prompt_tokens + self.request.completion_tokens} (prompt and "
+                "completion). Please reduce the length of the prompt or completion.",
+                param=self.request.prompt_param,
+                code=RoutingErrorCode.CONTEXT_LENGTH_EXCEEDED,
+            )
         _NO_CAPACITY.inc()
         raise ServiceUnavailableError(
             f"No node can serve model `{self.asked}` right now. Please retry shortly.",

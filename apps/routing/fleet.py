@@ -47,8 +47,10 @@ class FleetView:
         # Per node, the block hashes of prompts this process sent there, least recent first: an
         # approximation of its prefix cache built from our own routing.
         self.prefixes: defaultdict[int, OrderedDict[int, None]] = defaultdict(OrderedDict)
-        # Bumped on every refresh; what is derived from node state is cached per generation.
+        # Bumped on every refresh; what is derived from node state is cached per generation,
+        # or in `derived`, which every refresh empties.
         self.generation = 0
+        self.derived: dict = {}
 
     def replace(self, raw: dict[bytes, bytes]) -> None:
         """Swap in the nodes read from the fleet hash."""
@@ -61,6 +63,7 @@ class FleetView:
         self._by_model = dict(by_model)
         self._by_id = {node.id: node for nodes in by_model.values() for node in nodes}
         self.generation += 1
+        self.derived = {}
 
     def get(self, node_id: int) -> NodeSnapshot | None:
         """A node's latest state, as of the last refresh."""

@@ -14,14 +14,18 @@ filters  drained (an operator's cordon: in-flight requests finish, no new ones c
          threshold), saturated (the engine's queue plus this gateway's requests beyond the
          engine's batch, below a cap)
 scorers  queue (predicted wait: queued prompt tokens and the request's own uncached ones at the
-         node's prefill rate, plus part of its decode time), kv_cache, bandwidth
+         node's prefill rate, measured by its engine or from its hardware profile, plus part of
+         its decode time), kv_cache, bandwidth
          (memory-bandwidth pressure), temperature (derating), latency (P95 against the model's
          SLA), cost (per 1K tokens), affinity (the share of the prompt's block hashes this
          gateway last sent the node, or the node a system prompt hashes to, while it is not
          overloaded), hardware (the routing table's preference)
 
-A decision with no node is "saturated", and the request waits in the admission queue, when
-nodes were refused only for what passes soon (queue or KV cache full); otherwise it is refused.
+A decision with no node is "saturated", and the request waits in the admission queue, when a
+node was refused for what passes soon (queue or KV cache full) and the others only because they
+would not serve the request anyway (another version, out of service, a context too short for
+it). It is "too long" when every node's context is too short: no wait helps, the request is
+refused at once. Anything else (every node down, or open breakers) is refused as no capacity.
 """
 
 from __future__ import annotations
@@ -69,8 +73,10 @@ _MASK64 = (1 << 64) - 1
 SATURATED = "saturated"
 # Refusals that pass once running requests finish: the request queues for them.
 _SOON = frozenset({SATURATED, "kv_cache"})
-# Refusals of nodes that would not serve it anyway (another version, out of service).
-_ELSEWHERE = frozenset({"version", "drained", "live", "breaker"})
+# Refusals of nodes that would not serve it anyway (another version, out of service, a context
+# too short for this request): others that will serve it soon make the request wait for them.
+CONTEXT = "context"
+_ELSEWHERE = frozenset({"version", "drained", "live", "breaker", CONTEXT})
 
 
 @dataclass(slots=True)
@@ -84,6 +90,8 @@ class RouteRequest:
     preferred_profiles: frozenset[str] = frozenset()
     # Chained hashes of the prompt's PREFIX_BLOCK_TOKENS-token blocks (apps.gateway.prompts).
     prefix_blocks: tuple[int, ...] = ()
+    # The request's field that holds its prompt, which a refusal for its length names.
+    prompt_param: str = "messages"
 
 
 @dataclass(slots=True)
@@ -112,6 +120,21 @@ class Decision:
             return False
         reasons = {v.rejected_by for v in self.verdicts}
         return bool(reasons & _SOON) and reasons <= _SOON | _ELSEWHERE
+
+    @property
+    def too_long(self) -> bool:
+        """No node chosen, and every node's context is too short for the request: no wait or
+        retry would serve it."""
+        return (
+            self.node is None
+            and bool(self.verdicts)
+            and all(v.rejected_by == CONTEXT for v in self.verdicts)
+        )
+
+    @property
+    def longest_context(self) -> int:
+        """The longest context among the decision's nodes."""
+        return max((v.node.max_model_len for v in self.verdicts), default=0)
 
     def trace(self) -> list[dict]:
         """The decision as the log keeps it: each candidate's verdict and scores."""
@@ -311,7 +334,7 @@ REQUEST_FILTERS: tuple[tuple[str, Filter], ...] = (
     ("live", _live),
     ("breaker", _breaker),
     ("version", _version),
-    ("context", _context),
+    (CONTEXT, _context),
     (SATURATED, _not_saturated),
 )
 REQUEST_SCORERS: tuple[tuple[str, Scorer], ...] = (
@@ -346,15 +369,54 @@ def profile_rates(profile: str | None, gpu_count: int) -> tuple[float, float]:
     return rates.prefill_tokens_per_second, rates.decode_steps_per_second
 
 
+@dataclass(frozen=True, slots=True)
+class NodeRates:
+    prefill: float  # prompt tokens per second
+    decode: float  # tokens per second, per sequence
+
+
+def node_rates(fleet: FleetView, node: NodeSnapshot) -> NodeRates:
+    """How fast the node prefills and decodes, once per fleet refresh.
+
+    Prefill: as its engine measured it, else as its hardware profile predicts for the reference
+    model, scaled by how the model's measured nodes compare with their own profiles' predictions
+    (so that a measured and an unmeasured node of one model compare in that model's terms).
+    Decode: per running sequence as measured, else the profile's step rate."""
+    key = ("rates", node.id)
+    rates = fleet.derived.get(key)
+    if rates is None:
+        engine = node.engine
+        profile_prefill, decode = profile_rates(node.profile, node.gpu_count)
+        prefill = engine.prefill_tokens_per_second
+        if prefill <= 0:
+            prefill = profile_prefill * _prefill_scale(fleet, node.model)
+        running = engine.num_requests_running
+        if running and engine.generation_tokens_per_second > 0:
+            decode = engine.generation_tokens_per_second / running
+        rates = fleet.derived[key] = NodeRates(prefill=prefill, decode=decode)
+    return rates
+
+
+def _prefill_scale(fleet: FleetView, model: str) -> float:
+    """The mean ratio of measured to profile-predicted prefill rate over the model's nodes that
+    measured one (1.0 when none has)."""
+    key = ("prefill_scale", model)
+    scale = fleet.derived.get(key)
+    if scale is None:
+        ratios = [
+            node.engine.prefill_tokens_per_second / profile_rates(node.profile, node.gpu_count)[0]
+            for node in fleet.nodes(model)
+            if node.engine.prefill_tokens_per_second > 0
+        ]
+        scale = fleet.derived[key] = sum(ratios) / len(ratios) if ratios else 1.0
+    return scale
+
+
 def predicted_wait(
     fleet: FleetView, node: NodeSnapshot, request: RouteRequest, matched: int = 0
 ) -> float:
     """Predicted first-token seconds plus decode seconds at DECODE_SECONDS_WEIGHT."""
-    _, decode_rate = profile_rates(node.profile, node.gpu_count)
-    running = node.engine.num_requests_running
-    if running and node.engine.generation_tokens_per_second > 0:
-        decode_rate = node.engine.generation_tokens_per_second / running  # measured, per sequence
-    decode = request.completion_tokens / decode_rate
+    decode = request.completion_tokens / node_rates(fleet, node).decode
     return predicted_ttft(fleet, node, request, matched) + DECODE_SECONDS_WEIGHT * decode
 
 
@@ -364,7 +426,6 @@ def predicted_ttft(
     """Seconds until the request's first token on the node: the prompt tokens queued ahead of
     it (what this process sent and has no first token for, plus the engine's other waiting
     requests at an assumed size) and its own uncached tokens, at the node's prefill rate."""
-    prefill_rate, _ = profile_rates(node.profile, node.gpu_count)
     work = fleet.work.get(node.id)
     tracked, prefilling, queued = (
         (work.requests, work.prefilling, work.prefill_tokens) if work else (0, 0, 0)
@@ -384,7 +445,7 @@ def predicted_ttft(
     if matched is None:
         matched = fleet.cached_blocks(node.id, request.prefix_blocks)
     own -= min(matched * PREFIX_BLOCK_TOKENS, own)
-    return (queued + unknown * UNKNOWN_PROMPT_TOKENS + own) / prefill_rate
+    return (queued + unknown * UNKNOWN_PROMPT_TOKENS + own) / node_rates(fleet, node).prefill
 
 
 def cost_per_1k_tokens(node: NodeSnapshot) -> float | None:
@@ -553,5 +614,7 @@ class Router:
             node=best.node,
             pool=pool,
             verdicts=verdicts,
-            predicted_ttft_s=predicted_ttft(self.fleet, best.node, request),
+            predicted_ttft_s=predicted_ttft(
+                self.fleet, best.node, request, ctx.matched.get(best.node.id)
+            ),
         )

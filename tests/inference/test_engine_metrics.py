@@ -82,3 +82,37 @@ def test_windows_give_percentiles_and_throughput_of_what_happened_between_reads(
     assert second.generation_tokens_per_second == pytest.approx(250.0)
     third = monitor.observe(bumped(metrics_text, "0.5", 20), now=104.0)
     assert third.ttft_p95_ms is None  # nothing new in this window
+
+
+def test_the_prefill_rate_is_measured_once_enough_prompt_tokens_were_computed(metrics_text):
+    from inference.engine_metrics import MIN_PREFILL_TOKENS, EngineMonitor
+
+    def prefilled(text: str, tokens: float, seconds: float) -> str:
+        """The same page after finished requests computed `tokens` more prompt tokens in
+        `seconds` more of prefill."""
+        lines = []
+        for line in text.splitlines():
+            head, _, value = line.rpartition(" ")
+            if line.startswith("vllm:request_prefill_kv_computed_tokens_sum"):
+                line = f"{head} {float(value) + tokens}"
+            elif line.startswith("vllm:request_prefill_time_seconds_sum"):
+                line = f"{head} {float(value) + seconds}"
+            lines.append(line)
+        return "\n".join(lines)
+
+    monitor = EngineMonitor()
+    assert monitor.observe(metrics_text, now=1.0).prefill_tokens_per_second == 0.0
+    # A few short prompts: their per-request overhead is no rate.
+    small = prefilled(metrics_text, MIN_PREFILL_TOKENS / 4, 0.05)
+    assert monitor.observe(small, now=2.0).prefill_tokens_per_second == 0.0
+    # Enough tokens since the first reading (the small ones included): 1,000 in 0.5 s.
+    page = prefilled(metrics_text, 1_000, 0.5)
+    assert monitor.observe(page, now=3.0).prefill_tokens_per_second == pytest.approx(2_000)
+    # Nothing new: the last rate stays.
+    assert monitor.observe(page, now=4.0).prefill_tokens_per_second == pytest.approx(2_000)
+    page = prefilled(page, 4_000, 1.0)
+    assert monitor.observe(page, now=5.0).prefill_tokens_per_second == pytest.approx(4_000)
+    # The engine restarted (counters back to the fixture's): measured afresh from there.
+    assert monitor.observe(metrics_text, now=6.0).prefill_tokens_per_second == pytest.approx(4_000)
+    again = prefilled(metrics_text, 600, 0.6)
+    assert monitor.observe(again, now=7.0).prefill_tokens_per_second == pytest.approx(1_000)

@@ -5,7 +5,7 @@ import pytest
 from apps.gateway.prompts import PREFIX_BLOCK_CHARS, prefix_blocks
 from apps.gateway.schemas import Endpoint, validate_completion
 from apps.routing.breaker import slow_limit_ms
-from apps.routing.router import predicted_ttft, profile_rates
+from apps.routing.router import node_rates, predicted_ttft, profile_rates
 from tests.routing.factories import make_router, make_snapshot, route_request
 
 LONG = 131_072  # a context that fits every prompt here
@@ -98,3 +98,47 @@ def test_prefix_blocks_are_bounded(blocks):
 
     request = chat("w" * (blocks * PREFIX_BLOCK_CHARS + 10))
     assert len(prefix_blocks(request)) == min(blocks, MAX_PREFIX_BLOCKS)
+
+
+def test_a_measured_prefill_rate_overrides_the_profile_and_scales_the_unmeasured_nodes():
+    # Two nodes of one hardware profile: the profile alone cannot tell them apart.
+    slow = make_snapshot(
+        name="slow", profile="nvidia-a100-sxm4-80gb", gpu_count=1, max_model_len=LONG
+    )
+    other = make_snapshot(
+        name="other", profile="nvidia-a100-sxm4-80gb", gpu_count=1, max_model_len=LONG
+    )
+    profile_rate = profile_rates("nvidia-a100-sxm4-80gb", 1)[0]
+    router = make_router(slow, other)
+    request = route_request(prompt_tokens=20_000)
+    assert node_rates(router.fleet, slow).prefill == node_rates(router.fleet, other).prefill
+
+    # The engine of one measured a third of what the profile predicts for the reference model.
+    slow = make_snapshot(
+        name="slow",
+        id=slow.id,
+        profile="nvidia-a100-sxm4-80gb",
+        gpu_count=1,
+        max_model_len=LONG,
+        prefill_tokens_per_second=profile_rate / 3,
+    )
+    router = make_router(slow, other)
+    assert node_rates(router.fleet, slow).prefill == pytest.approx(profile_rate / 3)
+    # The unmeasured node serves the same model: its profile's figure is scaled alike, so the
+    # two compare in this model's terms and the measured one is not penalised for measuring.
+    assert node_rates(router.fleet, other).prefill == pytest.approx(profile_rate / 3)
+
+    # Measured slower than its twin (its engine is shared, throttled...): the other one wins.
+    fast = make_snapshot(
+        name="fast",
+        id=other.id,
+        profile="nvidia-a100-sxm4-80gb",
+        gpu_count=1,
+        max_model_len=LONG,
+        prefill_tokens_per_second=profile_rate,
+    )
+    router = make_router(slow, fast)
+    assert predicted_ttft(router.fleet, slow, request) == pytest.approx(
+        3 * predicted_ttft(router.fleet, fast, request)
+    )
+    assert chosen(router, request) == "fast"

@@ -99,12 +99,22 @@ def test_requests_within_the_engines_batch_do_not_saturate_it(max_num_seqs, infl
     assert verdicts(decision) == {"node": "saturated" if saturated else None}
 
 
-def test_only_saturation_makes_a_decision_saturated():
-    busy = make_snapshot(num_requests_waiting=50)
+def test_a_request_waits_for_a_busy_node_that_fits_it_and_not_for_one_too_short():
+    busy = make_snapshot(name="busy", num_requests_waiting=50)
     assert make_router(busy).decide(route_request()).saturated
-    small = make_snapshot(max_model_len=10)
-    assert not make_router(busy, small).decide(route_request()).saturated
-    assert make_router(busy, small).decide(route_request()).node is None
+    # A node whose context is too short would not serve it anyway: the busy one will, soon.
+    small = make_snapshot(name="small", max_model_len=10)
+    decision = make_router(busy, small).decide(route_request())
+    assert decision.node is None and decision.saturated and not decision.too_long
+    assert verdicts(decision) == {"busy": "saturated", "small": "context"}
+    # No node could ever serve it: refused at once, not queued.
+    alone = make_router(small, make_snapshot(name="smaller", max_model_len=8))
+    decision = alone.decide(route_request())
+    assert decision.too_long and not decision.saturated and decision.longest_context == 10
+    # Nodes down or with open breakers are no capacity now, not too short.
+    down = make_snapshot(name="down", status="down")
+    decision = make_router(small, down).decide(route_request())
+    assert not decision.too_long and not decision.saturated
 
 
 # Scorers ---------------------------------------------------------------------------------------

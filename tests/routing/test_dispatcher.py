@@ -1,0 +1,80 @@
+"""What a request's dispatch does when no node takes it: wait for one that fits, or refuse."""
+
+import asyncio
+import dataclasses
+
+import pytest
+
+from apps.routing.dispatcher import Dispatcher
+from apps.routing.errors import RoutingErrorCode
+from dmxplatform.errors import InvalidRequestError, ServiceUnavailableError
+from dmxplatform.stages import StageClock
+from inference.wire import EngineLoad
+from tests.keys.factories import run_with_redis
+from tests.routing.factories import make_snapshot, route_request
+
+
+@pytest.fixture(autouse=True)
+def _own_redis_keys(private_redis):
+    """These tests' Redis keys are their own (tests/conftest.py)."""
+
+
+def dispatch_to(nodes, request, *, wake_after: float | None = None):
+    """Dispatch `request` over `nodes`; with `wake_after`, the first node frees up then.
+    Returns the name of the node that took it, or the error."""
+
+    async def scenario(redis):
+        dispatcher = Dispatcher(redis)
+        dispatcher.fleet.replace({str(n.id).encode(): n.encode() for n in nodes})
+
+        async def free_up():
+            await asyncio.sleep(wake_after)
+            freed = dataclasses.replace(nodes[0], engine=EngineLoad())
+            dispatcher.fleet.replace({str(n.id).encode(): n.encode() for n in [freed, *nodes[1:]]})
+            dispatcher.queues.wake(freed.model)
+
+        if wake_after is not None:
+            waker = asyncio.create_task(free_up())
+        dispatch = dispatcher.dispatch(request, StageClock(), asked="m")
+
+        async def send(node):
+            return node.name
+
+        try:
+            async with dispatch.connect(send) as sent:
+                return sent.answer
+        except (InvalidRequestError, ServiceUnavailableError) as exc:
+            return exc
+        finally:
+            if wake_after is not None:
+                await waker
+
+    return run_with_redis(scenario)
+
+
+def test_a_request_no_node_has_the_context_for_is_refused_at_once_as_too_long(settings):
+    settings.DMX_ADMISSION_TIMEOUT_SECONDS = 5
+    short = [make_snapshot(name="a", max_model_len=150), make_snapshot(name="b", max_model_len=180)]
+    error = dispatch_to(short, route_request(prompt_tokens=150, completion_tokens=50))
+    assert isinstance(error, InvalidRequestError)
+    assert error.code == RoutingErrorCode.CONTEXT_LENGTH_EXCEEDED
+    assert error.param == "messages"
+    assert "the longest holds 180 tokens" in error.message and "needs 200" in error.message
+
+
+def test_a_request_waits_for_the_busy_node_that_fits_it(settings):
+    settings.DMX_ADMISSION_TIMEOUT_SECONDS = 5
+    busy = make_snapshot(name="busy", num_requests_waiting=50)
+    short = make_snapshot(name="short", max_model_len=150)
+    request = route_request(prompt_tokens=150, completion_tokens=50)
+    assert dispatch_to([busy, short], request, wake_after=0.3) == "busy"
+
+
+def test_a_wait_for_a_node_that_fits_ends_in_no_capacity_when_none_frees_up(settings):
+    settings.DMX_ADMISSION_TIMEOUT_SECONDS = 0.3
+    busy = make_snapshot(name="busy", num_requests_waiting=50)
+    short = make_snapshot(name="short", max_model_len=150)
+    error = dispatch_to([busy, short], route_request(prompt_tokens=150, completion_tokens=50))
+    assert isinstance(error, ServiceUnavailableError)
+    assert error.code == RoutingErrorCode.NO_CAPACITY
+    assert "no node freed up in time" in error.message
