@@ -23,6 +23,9 @@ from tests.stack import wait_for
 
 pytestmark = pytest.mark.e2e
 MODEL = "dmx-tiny"
+# A long prompt for the tiny model, whose context is 2,048 tokens.
+LONG_PROMPT_TOKENS = 1_600
+CORPUS_WORDS = ("the", "quick", "brown", "fox", "jumps", "over", "lazy", "dog", "explain", "how")
 
 
 def ask(platform, content: str = "hi", *, system: str | None = None, max_tokens: int = 2) -> str:
@@ -217,3 +220,107 @@ def test_a_draining_node_gets_no_new_requests(platform, committed):
     finally:
         os.kill(worker.process.pid, signal.SIGCONT)
     wait_for(lambda: snapshot(worker.node_name).status == "up", timeout=10, what="the node back up")
+
+
+def gateway_inflight(platform, node: str) -> float:
+    """Requests the gateway has in flight on `node`, from its /metrics."""
+    body = call("GET", platform.url + "/metrics").body.decode()
+    prefix = f'dmx_node_gateway_inflight_requests{{node="{node}"}} '
+    return sum(float(line[len(prefix) :]) for line in body.splitlines() if line.startswith(prefix))
+
+
+def test_a_long_prompt_goes_to_the_node_with_less_queued_work_not_fewer_requests(
+    platform, committed
+):
+    """One node holds two long prompts it has not prefilled (its vLLM server is paused), the
+    other four short ones it is decoding: a long prompt goes to the node with four requests,
+    because the two ahead of it on the other are more work."""
+    from apps.hardware.models import Node
+    from apps.hardware.services import node_drain, node_undrain
+
+    paused, decoding = platform.workers["dmx-tiny"], platform.workers["dmx-tiny-v2"]
+    paused_row = Node.objects.get(name=paused.node_name)
+    decoding_row = Node.objects.get(name=decoding.node_name)
+    from tokenizers import Tokenizer
+
+    from tests.stack import build_tiny_model
+
+    tokenizer = Tokenizer.from_file(str(build_tiny_model() / "tokenizer.json"))
+
+    def long_prompt(tag: str) -> str:
+        """About LONG_PROMPT_TOKENS tokens, opening with `tag`: each prompt's first block (2,048
+        characters) is its own, so no prefix the gateway sent anywhere draws it."""
+        words = LONG_PROMPT_TOKENS
+        while True:
+            text = f"{tag} " + " ".join(CORPUS_WORDS[i % len(CORPUS_WORDS)] for i in range(words))
+            if len(tokenizer.encode(text).ids) <= LONG_PROMPT_TOKENS:
+                return text
+            words = words * 9 // 10
+
+    def stream(content: str, max_tokens: int, first_chunk: threading.Event) -> None:
+        body = {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": content}],
+            "max_tokens": max_tokens,
+            "stream": True,
+            "ignore_eos": True,
+        }
+        request = urllib.request.Request(
+            platform.api_url + "/chat/completions",
+            data=json.dumps(body).encode(),
+            headers={
+                "Content-Type": "application/json",
+                "Authorization": f"Bearer {platform.api_key}",
+            },
+        )
+        with urllib.request.urlopen(request, timeout=120) as response:
+            for line in response:
+                if b'"content"' in line:
+                    first_chunk.set()
+                if line.startswith(b"data: [DONE]"):
+                    break
+
+    engine = paused.engine_pid()
+    threads: list[threading.Thread] = []
+
+    def start(content: str, max_tokens: int) -> threading.Event:
+        event = threading.Event()
+        thread = threading.Thread(target=stream, args=(content, max_tokens, event), daemon=True)
+        thread.start()
+        threads.append(thread)
+        return event
+
+    node_drain(node=decoding_row)
+    os.kill(engine, signal.SIGSTOP)
+    try:
+        time.sleep(0.6)  # the gateway's refresh sees the drain
+        for tag in ("alpha", "beta"):
+            start(long_prompt(tag), 1)
+        wait_for(
+            lambda: gateway_inflight(platform, paused.node_name) == 2,
+            timeout=10,
+            what="two long prompts in flight on the paused node",
+        )
+        node_undrain(node=decoding_row)
+        node_drain(node=paused_row)
+        time.sleep(0.6)
+        firsts = [start(f"short {i}", 1_500) for i in range(4)]
+        for first in firsts:
+            assert first.wait(30), "a short request's first token"
+        node_undrain(node=paused_row)
+        wait_for(
+            lambda: snapshot(decoding.node_name).engine.num_requests_running >= 4,
+            timeout=10,
+            what="the decoding node's heartbeat to count its four requests",
+        )
+        time.sleep(0.6)
+        assert gateway_inflight(platform, paused.node_name) == 2
+        assert gateway_inflight(platform, decoding.node_name) == 4
+        request_id = ask(platform, long_prompt("gamma"), max_tokens=1)
+        assert nodes_of([request_id]) == Counter({decoding.node_name: 1})
+    finally:
+        os.kill(engine, signal.SIGCONT)
+        node_undrain(node=paused_row)
+        node_undrain(node=decoding_row)
+        for thread in threads:
+            thread.join(timeout=120)
