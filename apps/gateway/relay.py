@@ -38,6 +38,7 @@ async def forward(state: CompletionState, runtime: GatewayRuntime) -> None:
             preferred_profiles=state.preferred,
             prefix_blocks=prefix_blocks(request),
             prompt_param=request.prompt_param,
+            streamed=request.stream,
         ),
         state.clock,
         asked=request.model,

@@ -18,6 +18,7 @@ is called only then). What a request did on its node feeds the latency windows a
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
@@ -257,6 +258,11 @@ class Dispatch:
                 completion_tokens=self.request.completion_tokens,
                 blocks=self.request.prefix_blocks,
             )
+            prefill_due = None
+            if not self.request.streamed and self.predicted_ttft_ms is not None:
+                prefill_due = asyncio.get_running_loop().call_later(
+                    self.predicted_ttft_ms / 1000, dispatcher.fleet.prefilled, ticket
+                )
             gauge.inc()
             try:
                 try:
@@ -272,6 +278,8 @@ class Dispatch:
                     dispatcher.queues.wake(node.model)
                 return
             finally:
+                if prefill_due is not None:
+                    prefill_due.cancel()
                 dispatcher.fleet.inflight[node.id] -= 1
                 dispatcher.fleet.end(ticket)
                 self._ticket = None

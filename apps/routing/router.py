@@ -92,6 +92,9 @@ class RouteRequest:
     prefix_blocks: tuple[int, ...] = ()
     # The request's field that holds its prompt, which a refusal for its length names.
     prompt_param: str = "messages"
+    # Whether the gateway sees the first token (a stream). For a request it does not, the
+    # prompt stops counting as queued prefill work when its predicted first token is due.
+    streamed: bool = True
 
 
 @dataclass(slots=True)

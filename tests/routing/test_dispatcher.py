@@ -78,3 +78,39 @@ def test_a_wait_for_a_node_that_fits_ends_in_no_capacity_when_none_frees_up(sett
     assert isinstance(error, ServiceUnavailableError)
     assert error.code == RoutingErrorCode.NO_CAPACITY
     assert "no node freed up in time" in error.message
+
+
+def test_an_unstreamed_requests_prompt_stops_counting_as_queued_when_its_first_token_is_due():
+    """The gateway never sees an unstreamed request's first token: its prompt would count as
+    work ahead of every later request for its whole generation."""
+    node = make_snapshot(name="node")
+
+    async def scenario(redis):
+        dispatcher = Dispatcher(redis)
+        dispatcher.fleet.replace({str(node.id).encode(): node.encode()})
+        seen = {}
+
+        async def run(streamed: bool) -> None:
+            request = route_request(prompt_tokens=1_000, streamed=streamed)
+            dispatch = dispatcher.dispatch(request, StageClock(), asked="m")
+
+            async def send(chosen):
+                due = dispatch.predicted_ttft_ms / 1000
+                seen[streamed, "at first"] = dispatcher.fleet.work[chosen.id].prefill_tokens
+                await asyncio.sleep(due + 0.1)
+                seen[streamed, "when due"] = dispatcher.fleet.work[chosen.id].prefill_tokens
+                return chosen.name
+
+            async with dispatch.connect(send):
+                pass
+
+        await run(streamed=False)
+        await run(streamed=True)
+        return seen, dispatcher.fleet.work[node.id].prefill_tokens
+
+    seen, after = run_with_redis(scenario)
+    # The fallback prefill rate predicts a first token in about half a second.
+    assert seen[False, "at first"] == 1_000 and seen[False, "when due"] == 0
+    # A stream's prompt waits for its first token, which the relay reports.
+    assert seen[True, "at first"] == 1_000 and seen[True, "when due"] == 1_000
+    assert after == 0
