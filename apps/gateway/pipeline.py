@@ -138,10 +138,12 @@ def prepare(state: CompletionState, runtime: GatewayRuntime, body: bytes) -> Non
     state.clock.mark(Stage.PARSE)
     prediction = classify(intent_text(request))
     state.intent = prediction.label
+    state.intent_confidence = prediction.confidence
     state.clock.mark(Stage.INTENT)
     # A label the classifier is unsure of routes by the alias's default ("") route; an alias
     # without one still routes by the label, the best guess there is.
     sure = prediction.confidence >= settings.DMX_INTENT_MIN_CONFIDENCE
+    state.intent_low_confidence = not sure
     metrics.gateway_intents.labels(state.intent, "ok" if sure else "low").inc()
     resolve = functools.partial(
         runtime.dispatcher.resolve,

@@ -9,16 +9,17 @@ from django.conf import settings
 
 from apps.gateway.content_filter import ContentFilter, FilterAction
 from apps.gateway.errors import GatewayErrorCode
-from apps.gateway.intent import last_user_turn
+from apps.gateway.intent import user_request
 from apps.gateway.schemas import CompletionRequest, Endpoint
 from apps.models.tokenizers import message_text
 from dmxplatform.errors import InvalidRequestError
 
 
 def intent_text(request: CompletionRequest) -> str:
-    """The text that says what the user wants: the last user message, or the prompt."""
+    """The text that says what the user wants: the last user message (after the one it refers
+    back to, if it only does that), or the prompt."""
     if request.endpoint is Endpoint.CHAT:
-        return last_user_turn(request.payload["messages"], message_text)
+        return user_request(request.payload["messages"], message_text)
     prompt = request.payload["prompt"]
     if isinstance(prompt, str):
         return prompt

@@ -40,7 +40,11 @@ async def submit(state: CompletionState, runtime: GatewayRuntime | None) -> None
     event = usage_event(state, prompt, completion)
     decision = (
         state.dispatch.decision_entry(
-            request_id=state.request_id, created_at=state.received_at, intent=state.intent
+            request_id=state.request_id,
+            created_at=state.received_at,
+            intent=state.intent,
+            intent_confidence=state.intent_confidence,
+            intent_low_confidence=state.intent_low_confidence,
         )
         if state.dispatch
         else None
@@ -81,6 +85,8 @@ def usage_event(state: CompletionState, prompt: int, completion: int) -> UsageEv
         model_version=node.version_tag if node else "",
         node=node.name if node else "",
         intent=state.intent,
+        intent_confidence=state.intent_confidence,
+        intent_low_confidence=state.intent_low_confidence,
         stream=bool(state.request and state.request.stream),
         status=state.outcome.value,
         http_status=state.http_status,

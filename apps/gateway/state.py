@@ -53,6 +53,10 @@ class CompletionState:
         # parse, intent.
         self.request: CompletionRequest | None = None
         self.intent = ""
+        # The classifier's calibrated probability for it, and whether that was under
+        # DMX_INTENT_MIN_CONFIDENCE (the alias then routed by its default route).
+        self.intent_confidence: float | None = None
+        self.intent_low_confidence = False
         # The model it goes to, its hardware preference, and the context it may use now.
         self.model: ModelEntry | None = None
         self.preferred: frozenset[str] = frozenset()

@@ -195,13 +195,14 @@ class UsageRecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "api_key",
         "model",
         "intent",
+        "intent_confidence",
         "node",
         "status",
         "prompt_tokens",
         "completion_tokens",
         "duration_ms",
     ]
-    list_filter = ["status", "model", "intent", "stream"]
+    list_filter = ["status", "model", "intent", "intent_low_confidence", "stream"]
     search_fields = ["request_id"]
     date_hierarchy = "created_at"
     list_select_related = ["tenant", "api_key"]

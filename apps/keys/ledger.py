@@ -40,6 +40,9 @@ class UsageEvent(JsonRecord):
     duration_ms: float = 0.0
     time_to_first_token_ms: float | None = None
     intent: str = ""
+    # Entries appended before these two fields existed have neither: they drain with defaults.
+    intent_confidence: float | None = None
+    intent_low_confidence: bool = False
     estimated_prompt_tokens: int | None = None
     context_limit: int | None = None
     content_flags: list[str] = field(default_factory=list)

@@ -258,6 +258,14 @@ class UsageRecord(models.Model):
     model_version = models.CharField(max_length=64, blank=True)
     node = models.CharField(max_length=128, blank=True)
     intent = models.CharField(max_length=32, blank=True)
+    intent_confidence = models.FloatField(
+        null=True, blank=True, help_text="The classifier's calibrated probability for the intent."
+    )
+    intent_low_confidence = models.BooleanField(
+        default=False,
+        help_text="The confidence was under DMX_INTENT_MIN_CONFIDENCE: an alias routed it by "
+        "its default route.",
+    )
     stream = models.BooleanField(default=False)
     status = models.CharField(max_length=32, choices=UsageStatus.choices)
     http_status = models.PositiveSmallIntegerField()

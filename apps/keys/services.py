@@ -468,6 +468,8 @@ def _usage_row(event: ledger.UsageEvent) -> UsageRecord:
         model_version=event.model_version,
         node=event.node,
         intent=event.intent,
+        intent_confidence=event.intent_confidence,
+        intent_low_confidence=event.intent_low_confidence,
         stream=event.stream,
         status=event.status,
         http_status=event.http_status,

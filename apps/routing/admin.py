@@ -92,13 +92,14 @@ class RoutingDecisionAdmin(RoutingLogAdmin):
         "requested_model",
         "model",
         "intent",
+        "intent_confidence",
         "priority",
         "outcome",
         "chosen_node",
         "waited_ms",
         "decision_us",
     ]
-    list_filter = ["outcome", "model", "intent"]
+    list_filter = ["outcome", "model", "intent", "intent_low_confidence"]
     search_fields = ["request_id"]
     date_hierarchy = "created_at"
     readonly_fields = ["trace", "candidates_table"]

@@ -33,6 +33,10 @@ class DecisionEvent(JsonRecord):
     candidates: list[dict]
     waited_ms: float
     decision_us: float
+    # The intent's calibrated confidence and whether it was too low to route by (the alias's
+    # default route was taken); last and defaulted, so entries logged before them still drain.
+    intent_confidence: float | None = None
+    intent_low_confidence: bool = False
 
 
 class DecisionSampler:
@@ -66,6 +70,8 @@ def decision_event(
     priority: int,
     outcome: str,
     waited_ms: float,
+    intent_confidence: float | None = None,
+    intent_low_confidence: bool = False,
 ) -> DecisionEvent:
     node = decision.node
     return DecisionEvent(
@@ -83,4 +89,6 @@ def decision_event(
         candidates=decision.trace(),
         waited_ms=round(waited_ms, 3),
         decision_us=decision.decision_us,
+        intent_confidence=intent_confidence,
+        intent_low_confidence=intent_low_confidence,
     )

@@ -385,7 +385,13 @@ class Dispatch:
         )
 
     def decision_entry(
-        self, *, request_id: str, created_at: float, intent: str
+        self,
+        *,
+        request_id: str,
+        created_at: float,
+        intent: str,
+        intent_confidence: float | None = None,
+        intent_low_confidence: bool = False,
     ) -> tuple[str, bytes] | None:
         """The decision for its log stream (stream key, entry): always when it found no node,
         else if sampled."""
@@ -406,5 +412,7 @@ class Dispatch:
             priority=self.request.priority,
             outcome=outcome,
             waited_ms=self.waited_ms,
+            intent_confidence=intent_confidence,
+            intent_low_confidence=intent_low_confidence,
         )
         return DECISION_STREAM.key(), event.encode()

@@ -216,6 +216,8 @@ def _decision_store(pairs: list[tuple[bytes, bytes]]) -> dict[bytes, str]:
                 requested_model=event.requested_model,
                 model=event.model,
                 intent=event.intent,
+                intent_confidence=event.intent_confidence,
+                intent_low_confidence=event.intent_low_confidence,
                 priority=event.priority,
                 outcome=event.outcome,
                 chosen_node=event.chosen_node,

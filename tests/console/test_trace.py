@@ -222,6 +222,27 @@ def test_the_routing_decision_shows_every_candidate_with_its_verdict_and_scores(
     assert "Not sampled" not in html
 
 
+def test_the_intent_confidence_shows_with_the_record_and_the_decision(viewer):
+    key, _ = make_api_key()
+    request_id = record(
+        key, intent="code", intent_confidence=0.4123, intent_low_confidence=True, timings=STREAMED
+    )
+    decision(request_id, intent_confidence=0.4123, intent_low_confidence=True)
+    sure = record(key, intent="math", intent_confidence=0.97, timings=STREAMED)
+    unknown = record(key, intent="chat", timings=STREAMED)  # logged before the confidence was
+
+    html = viewer.get(f"{SEARCH}{request_id}/").content.decode()
+
+    shown = re.search(r'<td id="trace-intent">(.*?)</td>', html).group(1)
+    assert shown == "code (confidence 0.41, low: routed by the alias's default route)"
+    section = re.search(r'<div id="trace-decision">.*?</div>', html, re.S).group(0)
+    assert "intent code (confidence 0.41, low: the alias's default route)" in section
+    html = viewer.get(f"{SEARCH}{sure}/").content.decode()
+    assert re.search(r'<td id="trace-intent">(.*?)</td>', html).group(1) == "math (confidence 0.97)"
+    html = viewer.get(f"{SEARCH}{unknown}/").content.decode()
+    assert re.search(r'<td id="trace-intent">(.*?)</td>', html).group(1) == "chat"
+
+
 def test_a_decision_the_log_did_not_sample_says_so(viewer):
     key, _ = make_api_key()
     request_id = record(key, timings=STREAMED, duration_ms=STREAMED_MS)
@@ -464,3 +485,21 @@ def test_the_usage_record_and_the_decision_admin_link_to_the_trace(admin_client)
     ):
         html = admin_client.get(url).content.decode()
         assert f'href="{SEARCH}{request_id}/"' in html, url
+
+
+def test_the_usage_record_and_the_decision_admin_show_the_intent_confidence(admin_client):
+    key, _ = make_api_key()
+    request_id = record(key, intent="code", intent_confidence=0.4123, intent_low_confidence=True)
+    decision(request_id, intent_confidence=0.4123, intent_low_confidence=True)
+    usage_pk = UsageRecord.objects.get(request_id=request_id).pk
+    decision_pk = RoutingDecision.objects.get(request_id=request_id).pk
+
+    for page in ("usagerecord", "routingdecision"):
+        app = "keys" if page == "usagerecord" else "routing"
+        listed = admin_client.get(f"/admin/{app}/{page}/?intent_low_confidence__exact=1")
+        assert "column-intent_confidence" in listed.content.decode(), page
+        assert request_id in listed.content.decode(), page
+        pk = usage_pk if page == "usagerecord" else decision_pk
+        html = admin_client.get(f"/admin/{app}/{page}/{pk}/change/").content.decode()
+        assert "Intent confidence" in html and "0.4123" in html, page
+        assert "Intent low confidence" in html, page

@@ -2,6 +2,7 @@
 
 import io
 
+import orjson
 import pytest
 from django.db import OperationalError
 
@@ -32,6 +33,26 @@ def test_flush_moves_events_into_records_and_empties_the_stream():
     assert rows[0].request_id == events[0].request_id and rows[0].timings == {"auth": 0.01}
     assert sync_redis().xlen(ledger.stream_key()) == 0
     assert usage_flush() == 0
+
+
+def test_the_intent_confidence_is_recorded_and_older_entries_without_it_still_drain():
+    key, _ = make_api_key()
+    unsure = event(key, intent="code", intent_confidence=0.41, intent_low_confidence=True)
+    # An entry a gateway appended before the fields existed: the same JSON without them.
+    older = event(key, intent="chat")
+    fields = orjson.loads(older.encode())
+    del fields["intent_confidence"], fields["intent_low_confidence"]
+    append(unsure)
+    sync_redis().xadd(ledger.stream_key(), {streams.FIELD: orjson.dumps(fields)})
+    assert usage_flush() == 2
+    recorded = UsageRecord.objects.get(request_id=unsure.request_id)
+    assert (recorded.intent_confidence, recorded.intent_low_confidence) == (0.41, True)
+    recorded = UsageRecord.objects.get(request_id=older.request_id)
+    assert (recorded.intent, recorded.intent_confidence, recorded.intent_low_confidence) == (
+        "chat",
+        None,
+        False,
+    )
 
 
 def test_the_same_request_is_recorded_once():

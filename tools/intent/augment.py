@@ -19,6 +19,7 @@ from random import Random
 from tools.intent.dataset import Example
 from tools.intent.generate import SEED as GENERATOR_SEED
 from tools.intent.generate import TRAIN, split_pools
+from tools.intent.stories import story
 
 MATERIAL_RATE = 0.6
 BOILERPLATE_RATE = 0.3
@@ -127,6 +128,19 @@ MATERIAL_ASKS = {
     ),
 }
 MATERIAL_ASKS_PER_LABEL = 80
+# Word problems told as a story (stories.py), per language (en, zh, and an English story asked
+# about in Chinese): about as many as one generated math family's prompts per language, so the
+# story form is learnt without outweighing the one-sentence problems.
+STORY_PROBLEMS_PER_LANG = 60
+# How a story problem is put: the question after it on its own line or in the same paragraph,
+# sometimes after a short lead. Leads written for this, apart from data/realistic.jsonl's.
+STORY_LEADS = {
+    "en": ("", "", "Word problem: ", "Can you solve this? ", "Help me with my homework:\n"),
+    "zh": ("", "", "应用题：", "请解答：", "孩子的作业题，"),
+}
+# Of the pasted material (_material), the share that is a story with quantities but no
+# question: told to be translated or summarised, it is not a problem to solve.
+STORY_MATERIAL_RATE = 0.2
 
 
 def _table(rng: Random) -> str:
@@ -141,6 +155,9 @@ def _table(rng: Random) -> str:
 
 
 def _material(pools: dict[str, tuple], rng: Random) -> tuple[str, bool]:
+    if rng.random() < STORY_MATERIAL_RATE:
+        told, _ = story(rng.choice(("en", "zh")), rng)
+        return told, False
     kind = rng.choice(("passages", "passages_zh", "snippet", "table"))
     if kind == "snippet":
         return rng.choice(pools["snippet"]), True
@@ -179,6 +196,15 @@ def _typo(text: str, rng: Random) -> str:
     return text[:at] + text[at + 1 :]
 
 
+def _story_problem(lang: str, rng: Random) -> str:
+    told, question = story("en" if lang == "mixed" else lang, rng)
+    if lang == "mixed":
+        _, question = story("zh", rng)
+    lead = rng.choice(STORY_LEADS["zh" if lang == "mixed" else lang])
+    joiner = rng.choice(("\n\n", "\n", " " if lang == "en" else ""))
+    return f"{lead}{told}{joiner}{question}"
+
+
 def augment(examples: Sequence[Example], seed: int) -> list[Example]:
     """Return the examples followed by their augmented copies."""
     rng = Random(seed)
@@ -202,4 +228,7 @@ def augment(examples: Sequence[Example], seed: int) -> list[Example]:
             lang = "en" if ask.isascii() else "zh"
             material, is_code = _material(pools, rng)
             out.append(Example(_paste(ask, material, is_code, lang, rng), label, lang))
+    for lang in ("en", "zh", "mixed"):
+        for _ in range(STORY_PROBLEMS_PER_LANG):
+            out.append(Example(_story_problem(lang, rng), "math", lang))
     return out

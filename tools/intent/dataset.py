@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from apps.gateway.intent.labels import LABELS
-from apps.gateway.intent.reading import last_user_turn
+from apps.gateway.intent.reading import user_request
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 TRAIN_FILE = "train.jsonl"
@@ -34,8 +34,9 @@ class Example:
 
     @property
     def prompt(self) -> str:
-        """Return what the gateway classifies for the example: its last user turn, or its text."""
-        return last_user_turn(self.messages) if self.messages else self.text
+        """Return what the gateway classifies for the example: its user request (the last user
+        turn, after the one it refers back to), or its text."""
+        return user_request(self.messages) if self.messages else self.text
 
     def as_row(self) -> dict[str, str]:
         row = {"text": self.text, "label": self.label, "lang": self.lang}

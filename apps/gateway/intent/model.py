@@ -14,7 +14,8 @@ from apps.gateway.intent.labels import LABELS, Intent
 
 # Bump when the artifact's layout or the feature extraction changes meaning: an artifact written
 # for other features would load without error and classify nonsense.
-ARTIFACT_VERSION = 2  # 2: reading.py's instruction, and a softmax temperature
+# 2: reading.py's instruction, and a softmax temperature; 3: its marker for quantities.
+ARTIFACT_VERSION = 3
 ARTIFACT_PATH = Path(__file__).resolve().parent / "artifacts" / "intent.npz"
 
 

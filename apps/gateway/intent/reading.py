@@ -3,9 +3,10 @@
 Real prompts carry an ask and material: "Summarise this:\\n<an article>", "<code>\\n\\nwhy does
 this fail?", a poem in a quote block to translate, an app's "You are a helpful assistant." in
 front. The material's topic is not the task (a summary of pasted code is a summary), so the
-material is replaced by a marker of its kind (code or text), which keeps "there was material of
-this kind" as a feature and drops its words. App boilerplate at the start is dropped outright. In
-a chat, the last user turn is the request; system messages are the app's, not the user's.
+material is replaced by a marker of its kind (code, text, or text holding quantities: a story
+told before its question), which keeps "there was material of this kind" as a feature and drops
+its words. App boilerplate at the start is dropped outright. In a chat, the last user turn is the
+request; system messages are the app's, not the user's.
 """
 
 # ruff: noqa: RUF001 (Chinese punctuation is matched on purpose)
@@ -19,6 +20,25 @@ from typing import Any
 # Markers for removed material; private-use characters, so no user text produces them.
 CODE_MARK = " \ue000 "
 TEXT_MARK = " \ue001 "
+# Text material that holds quantities: a word problem told as a story reads as its question
+# alone ("how much does Maya have left?"), which is chat without the story's numbers; this
+# marker keeps that coarse signal (not the numbers, nor the story's words).
+QUANTITY_MARK = " \ue002 "
+# This many numbers in a block of text make it a block of quantities: a story problem states
+# three or more (a start, a change, a rate), an article may quote one or two figures.
+QUANTITIES_MIN = 3
+
+_MARKS = tuple(mark.strip() for mark in (CODE_MARK, TEXT_MARK, QUANTITY_MARK))
+
+# A last user turn this short, that opens with a word pointing back ("again", "继续", "and in
+# Chinese?"), asks for the task before it once more; a longer one states a task of its own. The
+# longest referring turns seen ("can you do the same thing for this one too?") fit.
+REFERS_BACK_MAX_CHARS = 48
+# How far back a turn that refers back is followed (turns that refer back in turn: "继续" after
+# "继续"), and how much of each earlier turn is read (its two ends): bounded whatever the
+# conversation's length.
+EARLIER_TURNS_MAX = 3
+EARLIER_TURN_CHARS = 2048
 
 # Material is only a block this long: a short quoted word ("translate 'hello'") is the ask.
 MATERIAL_MIN_CHARS = 40
@@ -40,6 +60,23 @@ _BOILERPLATE = re.compile(
     r")[^\n]*?(?:[.!。！]\s*|\n+|$)",
     re.IGNORECASE,
 )
+_REFERS_BACK = re.compile(
+    # Lead words that say nothing of the task ("ok, now ...", "can you ...").
+    r"^\s*(?:(?:and|but|ok(?:ay)?|now|then|also|please|pls|great|thanks|can you|could you)"
+    r"[\s,!.]+)*(?:"
+    r"(?:do|try) (?:the same|it|that|this)(?: thing)?\b|same (?:thing|again|for|with|in)\b|"
+    r"again\b|one more\b|another(?: one)?\b|continue\b|go on\b|keep going\b|more\b|"
+    r"(?:what|how) about\b|"
+    # "in Chinese?", "for Go", "into French please": one word after the preposition, no verb.
+    r"(?:in|into|for|with) [^\s?？]+(?: (?:please|pls|too|as well))?\s*[?？.!]?\s*$|"
+    r"继续|接着|再来|同样|一样的|也[帮给]|换成|改成|.{0,6}再.{0,4}(?:一遍|一次|一[个道首篇段])|"
+    r"那.{0,8}呢|.{0,8}呢[?？]?\s*$"
+    r")",
+    re.IGNORECASE,
+)
+# What a turn asks before its material: the text up to its first colon or line break.
+_ASK = re.compile(r"[^:：\n]*")
+_NUMBER = re.compile(r"\d+(?:[.,]\d+)?")
 _CODE_HINT = re.compile(
     r"[{};]\s*$|^\s*(?:def|class|import|from|return|function|const|let|var|select|insert|"
     r"update|create|for|while|if)\b|=>|\w\(.*\)\s*[:{]?$",
@@ -54,6 +91,8 @@ def _mark(block: str) -> str:
     code_lines = sum(bool(_CODE_HINT.search(line)) for line in lines)
     if lines and code_lines * 3 >= len(lines):
         return CODE_MARK
+    if len(_NUMBER.findall(block)) >= QUANTITIES_MIN:
+        return QUANTITY_MARK
     return TEXT_MARK
 
 
@@ -111,7 +150,7 @@ def instruction(text: str) -> str:
     text = _QUOTE.sub(lambda match: _mark(match[0]) + "\n", text)
     text = _TABLE.sub(lambda match: TEXT_MARK + "\n", text)
     text = _strip_boilerplate(text)
-    if "\ue000" not in text and "\ue001" not in text:
+    if not any(mark in text for mark in _MARKS):
         for reduce in (_after_colon, _before_last, _after_first):
             reduced = reduce(text)
             if reduced != text:
@@ -133,3 +172,33 @@ def last_user_turn(
         if message.get("role") == "user":
             return read(message.get("content"))
     return read(messages[-1].get("content")) if messages else ""
+
+
+def refers_back(turn: str) -> bool:
+    """Return whether a user turn only points at the task before it ("do the same for this")."""
+    ask = _ASK.match(turn.strip())[0]
+    return len(ask) <= REFERS_BACK_MAX_CHARS and bool(_REFERS_BACK.match(ask))
+
+
+def _bounded(text: str) -> str:
+    half = EARLIER_TURN_CHARS // 2
+    return text if len(text) <= EARLIER_TURN_CHARS else f"{text[:half]}\n{text[-half:]}"
+
+
+def user_request(
+    messages: Sequence[Mapping[str, Any]], text_of: Callable[[Any], str] = _plain
+) -> str:
+    """Return what the user asks: the last user turn, after the earlier user turn it refers back
+    to when it only does that ("继续", "and in Chinese?"); a turn that states a task decides alone.
+    """
+    turns: list[str] = []
+    for message in reversed(messages):
+        if message.get("role") != "user":
+            continue
+        turn = text_of(message.get("content"))
+        turns.append(_bounded(turn) if turns else turn)
+        if not refers_back(turn) or len(turns) > EARLIER_TURNS_MAX:
+            break
+    if not turns:
+        return last_user_turn(messages, text_of)
+    return "\n\n".join(reversed(turns))

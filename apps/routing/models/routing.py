@@ -50,6 +50,14 @@ class RoutingDecision(models.Model):
     requested_model = models.CharField(max_length=128)
     model = models.CharField(max_length=128)
     intent = models.CharField(max_length=32, blank=True)
+    intent_confidence = models.FloatField(
+        null=True, blank=True, help_text="The classifier's calibrated probability for the intent."
+    )
+    intent_low_confidence = models.BooleanField(
+        default=False,
+        help_text="The confidence was under DMX_INTENT_MIN_CONFIDENCE: an alias routed it by "
+        "its default route.",
+    )
     priority = models.PositiveSmallIntegerField(default=1)
     outcome = models.CharField(max_length=16, choices=DecisionOutcome.choices)
     chosen_node = models.CharField(max_length=128, blank=True)
