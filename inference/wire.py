@@ -148,6 +148,9 @@ class EngineLoad(Message):
     generation_tokens_per_second: float = 0.0
     # Prompt tokens per second its prefills computed lately; 0.0 until measured.
     prefill_tokens_per_second: float = 0.0
+    # The prompt prefixes its KV cache holds (inference.prefix_cache.PrefixFilter, base64);
+    # None where the engine publishes no KV-cache events.
+    prefix_filter: str | None = None
 
     def validate(self) -> None:
         if not 0.0 <= self.kv_cache_usage <= 1.0:

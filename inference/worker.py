@@ -40,6 +40,7 @@ from inference.hardware.engine_args import (
 )
 from inference.hardware.nvml import NvmlBackend, open_backend
 from inference.hardware.view import NodeView
+from inference.kv_events import KvEventListener
 from inference.platform_client import PlatformClient, PlatformError
 from inference.tokenizer_export import export_tokenizer
 from inference.wire import (
@@ -201,6 +202,11 @@ class Worker:
             devices = self.recommendation.devices
             if view.kind == "gpu" and devices and len(devices) < len(view.gpus):
                 self.visible = vllm_env["CUDA_VISIBLE_DEVICES"] = _visible_devices(view, devices)
+        # The engine's KV-cache events tell gateways which prompt prefixes it holds, whoever
+        # sent them; an operator's own --kv-events-config (or a server we do not start) wins.
+        self.kv_events: KvEventListener | None = None
+        if not args.attach and "--kv-events-config" not in vllm_args:
+            self.kv_events = KvEventListener()
         self.engine = Engine(
             EngineConfig(
                 model=args.model,
@@ -212,6 +218,7 @@ class Worker:
                 env=vllm_env,
                 attach_url=args.attach,
                 otlp_endpoint=args.otlp_endpoint,
+                kv_events_endpoint=self.kv_events.endpoint if self.kv_events else None,
             )
         )
         self.platform = PlatformClient(args.platform_url, args.node_token)
@@ -239,11 +246,15 @@ class Worker:
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_signal)
         signal.signal(signal.SIGINT, self._on_signal)
+        if self.kv_events is not None:
+            self.kv_events.start()
         try:
             return self._serve()
         finally:
             # Every way out, an exception's included: nothing of vLLM may outlive the worker.
             self.engine.stop()
+            if self.kv_events is not None:
+                self.kv_events.stop()
 
     def _serve(self) -> int:
         if self.recommendation is not None:
@@ -331,6 +342,8 @@ class Worker:
             logger.warning("could not read vLLM metrics: %s; reporting the last load", exc)
             return self.last_load
         self.last_load = self.monitor.observe(text, now=time.monotonic())
+        if self.kv_events is not None:
+            self.last_load.prefix_filter = self.kv_events.filter_text()
         return self.last_load
 
     def _report(self, status: str, load: EngineLoad) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import signal
 import socket
@@ -261,6 +262,20 @@ def _http_ok(url: str) -> bool:
             return response.status == 200
     except (urllib.error.URLError, OSError):
         return False
+
+
+def tiny_prompt_counter():
+    """The tiny model's tokenizer and chat template, as the gateway counts with them."""
+    from apps.models.tokenizers import PromptCounter
+
+    directory = build_tiny_model()
+    config = json.loads((directory / "tokenizer_config.json").read_text())
+    return PromptCounter(
+        tokenizer_json=(directory / "tokenizer.json").read_text(),
+        chat_template=config["chat_template"],
+        bos_token=config["bos_token"],
+        eos_token=config["eos_token"],
+    )
 
 
 def build_tiny_model() -> Path:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from django.conf import settings
 
 from apps.gateway.errors import GatewayErrorCode
@@ -11,21 +13,35 @@ from apps.models.tokenizers import ChatTemplateError, prompt_chars
 from dmxplatform.errors import InvalidRequestError
 
 
-def prompt_tokens(model: ModelEntry, request: CompletionRequest) -> int | None:
-    """Return the prompt's token count (a batch's longest), or None without a tokenizer."""
+@dataclass(frozen=True, slots=True)
+class PromptCount:
+    tokens: int | None  # a batch's longest prompt; None without a tokenizer
+    ids: list[int] | None = None  # the token ids, where the request has one text prompt
+
+
+def prompt_tokens(model: ModelEntry, request: CompletionRequest) -> PromptCount:
+    """Count the prompt's tokens with the model's tokenizer, keeping the ids of a single
+    prompt (routing hashes them to find the nodes that hold its prefix)."""
     counter = model.counter
     if counter is None:
-        return None
+        return PromptCount(None)
     if request.endpoint is Endpoint.CHAT:
         try:
-            return counter.count_chat(request.payload["messages"])
+            ids = counter.chat_ids(request.payload["messages"])
         except ChatTemplateError as exc:
             raise InvalidRequestError(
                 f"The messages do not fit the model's chat template: {exc}",
                 param="messages",
                 code=GatewayErrorCode.INVALID_VALUE,
             ) from exc
-    return max(counter.count_prompts(request.payload["prompt"]))
+        return PromptCount(len(ids), ids)
+    prompt = request.payload["prompt"]
+    if isinstance(prompt, str):
+        ids = counter.text_ids(prompt)
+        return PromptCount(len(ids), ids)
+    if prompt and all(isinstance(item, int) for item in prompt):
+        return PromptCount(len(prompt), prompt)  # token ids already
+    return PromptCount(max(counter.count_prompts(prompt)))
 
 
 def context_limit(model: ModelEntry, kv_pressure: float | None) -> int:

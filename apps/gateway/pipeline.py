@@ -29,7 +29,7 @@ from apps.gateway.context import (
 )
 from apps.gateway.errors import GatewayErrorCode
 from apps.gateway.intent import classify
-from apps.gateway.prompts import intent_text, screen_prompt
+from apps.gateway.prompts import intent_text, prefix_blocks, screen_prompt
 from apps.gateway.relay import forward
 from apps.gateway.request_ids import accept_client_request_id
 from apps.gateway.runtime import GatewayRuntime, get_runtime
@@ -50,6 +50,7 @@ from dmxplatform.logs import bind_request
 from dmxplatform.resp import RedisUnavailable
 from dmxplatform.responses import read_body
 from dmxplatform.stages import GATEWAY_STAGES, Stage
+from inference.prefix_cache import chain_hashes
 
 logger = logging.getLogger(__name__)
 
@@ -162,7 +163,11 @@ def prepare(state: CompletionState, runtime: GatewayRuntime, body: bytes) -> Non
     check_context_bound(model, request, limit)
     state.flags = screen_prompt(runtime.content_filter, request)
     state.clock.mark(Stage.SCREEN)
-    tokens = state.estimated_tokens = prompt_tokens(model, request)
+    counted = prompt_tokens(model, request)
+    tokens = state.estimated_tokens = counted.tokens
+    # Routing matches the prompt's prefix in token groups, as engines report what they cache;
+    # without the model's tokenizer, in text blocks (this gateway's own routing index only).
+    state.prefix_blocks = chain_hashes(counted.ids) if counted.ids else prefix_blocks(request)
     check_context(model, request, tokens, limit)
     state.clock.mark(Stage.CONTEXT)
 

@@ -115,7 +115,9 @@ def _prompt_stream(request: CompletionRequest) -> str:
 def prefix_blocks(request: CompletionRequest) -> tuple[int, ...]:
     """Chained 64-bit hashes of the prompt's full PREFIX_BLOCK_CHARS blocks, as vLLM chains its
     prefix-cache blocks: two prompts share a block's hash only when they share everything up
-    to its end, so the router can tell how much of a prompt a node has recently seen."""
+    to its end, so the router can tell how much of a prompt a node has recently seen. For a
+    model without a tokenizer; with one, the prompt's token groups are hashed instead
+    (inference.prefix_cache.chain_hashes), as engines report what they cache."""
     text = _prompt_stream(request)
     full = min(len(text) // PREFIX_BLOCK_CHARS, MAX_PREFIX_BLOCKS)
     hashes = []

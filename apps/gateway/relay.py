@@ -10,7 +10,7 @@ import time
 from apps.gateway import sse
 from apps.gateway.errors import GatewayErrorCode
 from apps.gateway.outputs import StreamEditor, filter_response, identity
-from apps.gateway.prompts import affinity_key, prefix_blocks
+from apps.gateway.prompts import affinity_key
 from apps.gateway.runtime import GatewayRuntime
 from apps.gateway.settlement import settle, submit
 from apps.gateway.state import CompletionState
@@ -36,7 +36,7 @@ async def forward(state: CompletionState, runtime: GatewayRuntime) -> None:
             priority=key.priority,
             affinity=affinity_key(request),
             preferred_profiles=state.preferred,
-            prefix_blocks=prefix_blocks(request),
+            prefix_blocks=state.prefix_blocks,
             prompt_param=request.prompt_param,
             streamed=request.stream,
         ),

@@ -65,6 +65,8 @@ class CompletionState:
         # tokenizer).
         self.flags: list[str] = []
         self.estimated_tokens: int | None = None
+        # Chained hashes of the prompt's 512-token groups (or text blocks), for routing.
+        self.prefix_blocks: tuple[int, ...] = ()
         # limits: what was reserved against the key's limits.
         self.reserved = 0
         self.admission: Admission | None = None

@@ -135,9 +135,17 @@ class PromptCounter:
 
     def count_text(self, text: str) -> int:
         """Return the token count of raw text, without special tokens."""
+        return len(self._encode(text))
+
+    def text_ids(self, text: str) -> list[int]:
+        """Return the token ids of raw text, without special tokens (as vLLM tokenizes a
+        rendered chat prompt)."""
+        return self._encode(text).ids
+
+    def _encode(self, text: str):
         if len(text) > BATCH_COUNT_CHARS:
-            return len(self._tokenizer.encode_batch_fast([text], add_special_tokens=False)[0])
-        return len(self._tokenizer.encode(text, add_special_tokens=False))
+            return self._tokenizer.encode_batch_fast([text], add_special_tokens=False)[0]
+        return self._tokenizer.encode(text, add_special_tokens=False)
 
     def count_prompts(self, prompt: str | Sequence[Any]) -> list[int]:
         """Return the token count of each prompt of a completions request."""
@@ -175,3 +183,7 @@ class PromptCounter:
     def count_chat(self, messages: Sequence[dict[str, Any]]) -> int:
         """Return the prompt token count of a chat request."""
         return self.count_text(self.render_chat(messages))
+
+    def chat_ids(self, messages: Sequence[dict[str, Any]]) -> list[int]:
+        """Return the prompt token ids of a chat request."""
+        return self.text_ids(self.render_chat(messages))

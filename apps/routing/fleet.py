@@ -6,6 +6,7 @@ from collections import OrderedDict, defaultdict
 from dataclasses import dataclass
 
 from apps.hardware.nodestate import NodeSnapshot, now
+from inference.prefix_cache import PrefixFilter
 
 # Block hashes remembered per node for prefix matching: about what an 80 GB GPU's KV cache holds
 # of an 8B model (430k tokens in 512-token blocks), so the index forgets about when the node does.
@@ -146,13 +147,30 @@ class FleetView:
         work.decode_tokens -= ticket.completion_tokens
 
     def cached_blocks(self, node_id: int, blocks) -> int:
-        """Leading blocks of a prompt this process last sent to the node (and so it likely has)."""
+        """Leading blocks of a prompt the node likely holds: this process last sent them there,
+        or its engine's KV-cache events say it holds them (whoever sent them)."""
         index = self.prefixes.get(node_id)
-        if not index:
+        held = self._engine_filter(node_id)
+        if not index and held is None:
             return 0
+        index = index or ()
         count = 0
         for block in blocks:
-            if block not in index:
+            if block not in index and (held is None or block not in held):
                 break
             count += 1
         return count
+
+    def _engine_filter(self, node_id: int) -> PrefixFilter | None:
+        """The node's engine's prefix filter, decoded once per refresh."""
+        key = ("prefix_filter", node_id)
+        if key in self.derived:
+            return self.derived[key]
+        node = self._by_id.get(node_id)
+        text = node.engine.prefix_filter if node is not None else None
+        try:
+            held = PrefixFilter.decode(text) if text else None
+        except ValueError:  # not base64: a worker's bug must not break routing
+            held = None
+        self.derived[key] = held
+        return held

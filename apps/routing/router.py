@@ -18,8 +18,10 @@ scorers  queue (predicted wait: queued prompt tokens and the request's own uncac
          its decode time), kv_cache, bandwidth
          (memory-bandwidth pressure), temperature (derating), latency (P95 against the model's
          SLA), cost (per 1K tokens), affinity (the share of the prompt's block hashes this
-         gateway last sent the node, or the node a system prompt hashes to, while it is not
-         overloaded), hardware (the routing table's preference)
+         gateway last sent the node or its engine reports it holds; for a prompt no node holds
+         any of, the node its last block hashes to; for one without a full block, the node its
+         system prompt hashes to; while the node is not overloaded), hardware (the routing
+         table's preference)
 
 A decision with no node is "saturated", and the request waits in the admission queue, when a
 node was refused for what passes soon (queue or KV cache full) and the others only because they
@@ -43,6 +45,7 @@ from apps.routing.breaker import CLOSED, BreakerBoard, BreakerState
 from apps.routing.fleet import FleetView
 from apps.routing.stats import GatewayStats
 from inference.hardware.profiles import profile_named, serving_rates
+from inference.prefix_cache import GROUP_TOKENS
 
 # The request count at which the queue score halves: a few requests per node already batch well.
 QUEUE_HALF_SCORE = 4.0
@@ -67,8 +70,12 @@ PREDICTION_SLACK_SECONDS = 0.5
 # the first token: a user sees the first token's delay whole, and a slow stream less, but a node
 # that decodes ten times slower still holds its requests (and their KV cache) ten times longer.
 DECODE_SECONDS_WEIGHT = 0.25
-# vLLM's prefix-cache block: hashes are of this many prompt tokens each.
-PREFIX_BLOCK_TOKENS = 512
+# The affinity of a prompt no node holds any of for the node its hash makes its home: going
+# there saves nothing now (only later prompts sharing it find it there), so the home breaks
+# near-ties between nodes and never outweighs a shorter predicted wait elsewhere.
+NEW_PROMPT_HOME_SCORE = 0.1
+# Prompt tokens per prefix hash (the gateway's and the engines' alike).
+PREFIX_BLOCK_TOKENS = GROUP_TOKENS
 _MASK64 = (1 << 64) - 1
 SATURATED = "saturated"
 # Refusals that pass once running requests finish: the request queues for them.
@@ -88,7 +95,7 @@ class RouteRequest:
     priority: int = 1
     affinity: int | None = None
     preferred_profiles: frozenset[str] = frozenset()
-    # Chained hashes of the prompt's PREFIX_BLOCK_TOKENS-token blocks (apps.gateway.prompts).
+    # Chained hashes of the prompt's PREFIX_BLOCK_TOKENS-token groups (inference.prefix_cache).
     prefix_blocks: tuple[int, ...] = ()
     # The request's field that holds its prompt, which a refusal for its length names.
     prompt_param: str = "messages"
@@ -101,8 +108,11 @@ class RouteRequest:
 class Verdict:
     node: NodeSnapshot
     rejected_by: str | None = None
-    scores: dict[str, float] | None = None
+    scores: dict[str, float] | None = None  # the request's scorers'
     total: float = 0.0
+    # The standing scorers', shared by every decision of one fleet refresh (not copied: a
+    # decision reads them only when it is traced).
+    standing_scores: dict[str, float] | None = None
 
 
 @dataclass(slots=True)
@@ -146,7 +156,10 @@ class Decision:
                 "node": v.node.name,
                 "version": v.node.version_tag,
                 "rejected_by": v.rejected_by,
-                "scores": {k: round(s, 4) for k, s in (v.scores or {}).items()},
+                "scores": {
+                    k: round(s, 4)
+                    for k, s in {**(v.standing_scores or {}), **(v.scores or {})}.items()
+                },
                 "total": round(v.total, 4),
             }
             for v in self.verdicts
@@ -317,16 +330,13 @@ def _queue_score(ctx: _Context, node: NodeSnapshot) -> float:
 
 def _affinity_score(ctx: _Context, node: NodeSnapshot) -> float:
     blocks = ctx.request.prefix_blocks
-    if blocks:
+    if blocks and ctx.affinity_node is None:
         if ctx.fleet.queued(node) >= ctx.limits.affinity_max_queue:
             return 0.0
-        matched = ctx.matched.get(node.id)
-        if matched is None:
-            matched = ctx.fleet.cached_blocks(node.id, blocks)
-        return matched / len(blocks)
-    if node.id != ctx.affinity_node:
+        return ctx.matched[node.id] / len(blocks)
+    if node.id != ctx.affinity_node or ctx.fleet.queued(node) >= ctx.limits.affinity_max_queue:
         return 0.0
-    return 1.0 if ctx.fleet.queued(node) < ctx.limits.affinity_max_queue else 0.0
+    return NEW_PROMPT_HOME_SCORE if blocks else 1.0
 
 
 def _hardware_score(ctx: _Context, node: NodeSnapshot) -> float:
@@ -588,29 +598,35 @@ class Router:
                     eligible.append((verdict, standing))
         if not eligible:
             return Decision(node=None, pool=pool, verdicts=verdicts)
+        blocks = request.prefix_blocks
+        key = request.affinity
+        if blocks:
+            cached = self.fleet.cached_blocks
+            ctx.matched = {v.node.id: cached(v.node.id, blocks) for v, _ in eligible}
+            # A prompt no node holds any of gets a home by its own hash: new prompts spread,
+            # and every gateway sends the same one to the same node.
+            key = None if any(ctx.matched.values()) else blocks[-1]
         if "queue" in self._request_weights:
-            blocks = request.prefix_blocks
+            matched = ctx.matched
             for verdict, _ in eligible:
                 node = verdict.node
-                matched = ctx.matched[node.id] = (
-                    self.fleet.cached_blocks(node.id, blocks) if blocks else 0
+                ctx.predicted[node.id] = predicted_wait(
+                    self.fleet, node, request, matched.get(node.id, 0)
                 )
-                ctx.predicted[node.id] = predicted_wait(self.fleet, node, request, matched)
             ctx.best_predicted = min(ctx.predicted.values())
-        if request.affinity is not None and not request.prefix_blocks:
-            key = request.affinity
+        if key is not None:
             ctx.affinity_node = max(eligible, key=lambda pair: mix64(key, pair[0].node.id))[
                 0
             ].node.id
         best: Verdict | None = None
         for verdict, standing in eligible:
             node = verdict.node
-            scores = dict(standing.scores)
+            scores = {}
             total = standing.total
             for name, fn, weight in self._request_scorers:
                 value = scores[name] = fn(ctx, node)
                 total += weight * value
-            verdict.scores, verdict.total = scores, total
+            verdict.standing_scores, verdict.scores, verdict.total = standing.scores, scores, total
             if best is None or total > best.total:
                 best = verdict
         return Decision(

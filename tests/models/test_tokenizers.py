@@ -1,23 +1,14 @@
 """Prompt counting with the tiny model's own tokenizer files (e2e checks them against vLLM)."""
 
-import json
-
 import pytest
 
 from apps.models.tokenizers import ChatTemplateError, PromptCounter, message_text
-from tests.stack import build_tiny_model
+from tests.stack import build_tiny_model, tiny_prompt_counter
 
 
 @pytest.fixture(scope="module")
 def counter() -> PromptCounter:
-    directory = build_tiny_model()
-    config = json.loads((directory / "tokenizer_config.json").read_text())
-    return PromptCounter(
-        tokenizer_json=(directory / "tokenizer.json").read_text(),
-        chat_template=config["chat_template"],
-        bos_token=config["bos_token"],
-        eos_token=config["eos_token"],
-    )
+    return tiny_prompt_counter()
 
 
 def test_chat_renders_the_template_and_opens_the_reply(counter):

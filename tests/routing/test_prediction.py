@@ -5,7 +5,8 @@ import pytest
 from apps.gateway.prompts import PREFIX_BLOCK_CHARS, prefix_blocks
 from apps.gateway.schemas import Endpoint, validate_completion
 from apps.routing.breaker import slow_limit_ms
-from apps.routing.router import node_rates, predicted_ttft, profile_rates
+from apps.routing.router import PREFIX_BLOCK_TOKENS, node_rates, predicted_ttft, profile_rates
+from inference.prefix_cache import PrefixFilter, chain_hashes
 from tests.routing.factories import make_router, make_snapshot, route_request
 
 LONG = 131_072  # a context that fits every prompt here
@@ -142,3 +143,50 @@ def test_a_measured_prefill_rate_overrides_the_profile_and_scales_the_unmeasured
         3 * predicted_ttft(router.fleet, fast, request)
     )
     assert chosen(router, request) == "fast"
+
+
+def test_a_prefix_the_nodes_engine_reports_counts_as_cached_whoever_sent_it():
+    """Another gateway (or a client of the engine's own) sent the prompt: this gateway's index
+    has nothing, the engine's KV-cache events say the node holds it."""
+    ids = list(range(3 * PREFIX_BLOCK_TOKENS))
+    held = chain_hashes(ids[: 2 * PREFIX_BLOCK_TOKENS])
+    holder = make_snapshot(
+        name="holder", max_model_len=LONG, prefix_filter=PrefixFilter.of(held).encode()
+    )
+    other = make_snapshot(name="other", max_model_len=LONG)
+    router = make_router(holder, other)
+    blocks = chain_hashes(ids)
+    assert router.fleet.cached_blocks(holder.id, blocks) == 2
+    assert router.fleet.cached_blocks(other.id, blocks) == 0
+    request = route_request(prompt_tokens=len(ids), prefix_blocks=blocks)
+    decision = router.decide(request)
+    assert decision.node.name == "holder"
+    assert scores_of(decision)["holder"]["affinity"] == round(2 / 3, 4)  # the trace rounds
+    # A damaged filter is no claim, and no failure.
+    broken = make_snapshot(name="broken", max_model_len=LONG, prefix_filter="###")
+    assert make_router(broken).fleet.cached_blocks(broken.id, blocks) == 0
+
+
+def scores_of(decision) -> dict[str, dict[str, float]]:
+    return {row["node"]: row["scores"] for row in decision.trace()}
+
+
+def test_a_prompt_no_node_holds_goes_home_by_its_hash_unless_another_is_sooner():
+    nodes = [make_snapshot(name=f"n{i}", max_model_len=LONG) for i in range(4)]
+    router = make_router(*nodes)
+    homes = set()
+    for i in range(40):
+        blocks = chain_hashes([i, *range(PREFIX_BLOCK_TOKENS)])
+        request = route_request(prompt_tokens=PREFIX_BLOCK_TOKENS + 1, prefix_blocks=blocks)
+        first = router.decide(request).node.name
+        # The same prompt from another gateway (a router of its own) goes to the same node.
+        assert make_router(*nodes).decide(request).node.name == first
+        homes.add(first)
+    assert len(homes) == 4  # new prompts spread over idle nodes
+    # The home with a long prompt queued ahead loses to an idle node: it saves nothing now.
+    blocks = chain_hashes(list(range(PREFIX_BLOCK_TOKENS)))
+    request = route_request(prompt_tokens=PREFIX_BLOCK_TOKENS, prefix_blocks=blocks)
+    home = router.decide(request).node
+    router.fleet.inflight[home.id] += 1
+    router.fleet.begin(home.id, prompt_tokens=20_000, completion_tokens=10)
+    assert router.decide(request).node.name != home.name

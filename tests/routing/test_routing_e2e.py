@@ -19,7 +19,7 @@ from apps.models.models import ModelVersion
 from apps.routing.services import breaker_reset, canary_start
 from dmxplatform.redis_client import sync_redis
 from tests.http import call
-from tests.stack import wait_for
+from tests.stack import tiny_prompt_counter, wait_for
 
 pytestmark = pytest.mark.e2e
 MODEL = "dmx-tiny"
@@ -38,6 +38,18 @@ def ask(platform, content: str = "hi", *, system: str | None = None, max_tokens:
     )
     assert reply.status == 200, (reply.body, decision_of(reply.headers["x-request-id"]))
     return reply.headers["x-request-id"]
+
+
+def long_prompt(tag: str) -> str:
+    """About LONG_PROMPT_TOKENS tokens, opening with `tag`: each prompt's first group (512
+    tokens) is its own, so no prefix sent anywhere before draws it."""
+    counter = tiny_prompt_counter()
+    words = LONG_PROMPT_TOKENS
+    while True:
+        text = f"{tag} " + " ".join(CORPUS_WORDS[i % len(CORPUS_WORDS)] for i in range(words))
+        if counter.count_text(text) <= LONG_PROMPT_TOKENS:
+            return text
+        words = words * 9 // 10
 
 
 def decision_of(request_id: str):
@@ -241,21 +253,6 @@ def test_a_long_prompt_goes_to_the_node_with_less_queued_work_not_fewer_requests
     paused, decoding = platform.workers["dmx-tiny"], platform.workers["dmx-tiny-v2"]
     paused_row = Node.objects.get(name=paused.node_name)
     decoding_row = Node.objects.get(name=decoding.node_name)
-    from tokenizers import Tokenizer
-
-    from tests.stack import build_tiny_model
-
-    tokenizer = Tokenizer.from_file(str(build_tiny_model() / "tokenizer.json"))
-
-    def long_prompt(tag: str) -> str:
-        """About LONG_PROMPT_TOKENS tokens, opening with `tag`: each prompt's first block (2,048
-        characters) is its own, so no prefix the gateway sent anywhere draws it."""
-        words = LONG_PROMPT_TOKENS
-        while True:
-            text = f"{tag} " + " ".join(CORPUS_WORDS[i % len(CORPUS_WORDS)] for i in range(words))
-            if len(tokenizer.encode(text).ids) <= LONG_PROMPT_TOKENS:
-                return text
-            words = words * 9 // 10
 
     def stream(content: str, max_tokens: int, first_chunk: threading.Event) -> None:
         body = {
@@ -304,15 +301,11 @@ def test_a_long_prompt_goes_to_the_node_with_less_queued_work_not_fewer_requests
         node_undrain(node=decoding_row)
         node_drain(node=paused_row)
         time.sleep(0.6)
-        firsts = [start(f"short {i}", 1_500) for i in range(4)]
+        # As long as the context allows: they must still be decoding when the last one comes.
+        firsts = [start(f"short {i}", 1_900) for i in range(4)]
         for first in firsts:
             assert first.wait(30), "a short request's first token"
         node_undrain(node=paused_row)
-        wait_for(
-            lambda: snapshot(decoding.node_name).engine.num_requests_running >= 4,
-            timeout=10,
-            what="the decoding node's heartbeat to count its four requests",
-        )
         time.sleep(0.6)
         assert gateway_inflight(platform, paused.node_name) == 2
         assert gateway_inflight(platform, decoding.node_name) == 4
@@ -324,3 +317,37 @@ def test_a_long_prompt_goes_to_the_node_with_less_queued_work_not_fewer_requests
         node_undrain(node=decoding_row)
         for thread in threads:
             thread.join(timeout=120)
+
+
+def test_a_prefix_cached_on_a_node_by_another_client_draws_its_prompts_there(platform, committed):
+    """Long prompts sent to one engine directly (as another gateway's, or the engine's own
+    client's, would be): its KV-cache events tell the gateway the node holds them, and the same
+    prompts through the gateway go there. The holder is the node the gateway sends fewer new
+    prompts to just then (latency, load): only what the engine reports draws them to it."""
+    from inference.prefix_cache import PrefixFilter, chain_hashes
+
+    probes = nodes_of([ask(platform, long_prompt(f"memo {i}:"), max_tokens=1) for i in range(4)])
+    workers = [platform.workers["dmx-tiny"], platform.workers["dmx-tiny-v2"]]
+    holder = min(workers, key=lambda worker: probes[worker.node_name])
+    counter = tiny_prompt_counter()
+    prompts = [long_prompt(f"report {i}:") for i in range(4)]
+    expected = []
+    for content in prompts:
+        messages = [{"role": "user", "content": content}]
+        expected.extend(chain_hashes(counter.chat_ids(messages)))
+        direct = call(
+            "POST",
+            f"http://127.0.0.1:{holder.port}/v1/chat/completions",
+            json_body={"model": MODEL, "messages": messages, "max_tokens": 1},
+        )
+        assert direct.status == 200, direct.body
+    assert len(expected) == 4 * (LONG_PROMPT_TOKENS // 512)
+
+    def holds_them() -> bool:
+        text = snapshot(holder.node_name).engine.prefix_filter
+        return bool(text) and all(h in PrefixFilter.decode(text) for h in expected)
+
+    wait_for(holds_them, timeout=15, what="the holder's heartbeat to report the prefixes")
+    time.sleep(0.6)  # two gateway refreshes
+    served = nodes_of([ask(platform, content, max_tokens=1) for content in prompts])
+    assert served == Counter({holder.node_name: 4}), (served, probes)
