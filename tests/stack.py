@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import signal
@@ -264,6 +265,7 @@ def _http_ok(url: str) -> bool:
         return False
 
 
+@functools.cache
 def tiny_prompt_counter():
     """The tiny model's tokenizer and chat template, as the gateway counts with them."""
     from apps.models.tokenizers import PromptCounter

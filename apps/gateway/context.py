@@ -19,7 +19,7 @@ class PromptCount:
     ids: list[int] | None = None  # the token ids, where the request has one text prompt
 
 
-def prompt_tokens(model: ModelEntry, request: CompletionRequest) -> PromptCount:
+def count_prompt(model: ModelEntry, request: CompletionRequest) -> PromptCount:
     """Count the prompt's tokens with the model's tokenizer, keeping the ids of a single
     prompt (routing hashes them to find the nodes that hold its prefix)."""
     counter = model.counter
@@ -36,11 +36,9 @@ def prompt_tokens(model: ModelEntry, request: CompletionRequest) -> PromptCount:
             ) from exc
         return PromptCount(len(ids), ids)
     prompt = request.payload["prompt"]
-    if isinstance(prompt, str):
-        ids = counter.text_ids(prompt)
+    ids = counter.prompt_ids(prompt)
+    if ids is not None:
         return PromptCount(len(ids), ids)
-    if prompt and all(isinstance(item, int) for item in prompt):
-        return PromptCount(len(prompt), prompt)  # token ids already
     return PromptCount(max(counter.count_prompts(prompt)))
 
 

@@ -24,7 +24,7 @@ from apps.gateway.context import (
     check_context,
     check_context_bound,
     context_limit,
-    prompt_tokens,
+    count_prompt,
     reservation,
 )
 from apps.gateway.errors import GatewayErrorCode
@@ -163,7 +163,7 @@ def prepare(state: CompletionState, runtime: GatewayRuntime, body: bytes) -> Non
     check_context_bound(model, request, limit)
     state.flags = screen_prompt(runtime.content_filter, request)
     state.clock.mark(Stage.SCREEN)
-    counted = prompt_tokens(model, request)
+    counted = count_prompt(model, request)
     tokens = state.estimated_tokens = counted.tokens
     # Routing matches the prompt's prefix in token groups, as engines report what they cache;
     # without the model's tokenizer, in text blocks (this gateway's own routing index only).

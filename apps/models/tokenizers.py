@@ -147,12 +147,20 @@ class PromptCounter:
             return self._tokenizer.encode_batch_fast([text], add_special_tokens=False)[0]
         return self._tokenizer.encode(text, add_special_tokens=False)
 
+    def prompt_ids(self, prompt: str | Sequence[Any]) -> list[int] | None:
+        """Return the token ids of a completions request's one prompt (text, or ids already);
+        None for a batch of prompts."""
+        if isinstance(prompt, str):
+            return self.text_ids(prompt)
+        if prompt and all(isinstance(item, int) for item in prompt):
+            return list(prompt)
+        return None
+
     def count_prompts(self, prompt: str | Sequence[Any]) -> list[int]:
         """Return the token count of each prompt of a completions request."""
-        if isinstance(prompt, str):
-            return [self.count_text(prompt)]
-        if prompt and all(isinstance(item, int) for item in prompt):
-            return [len(prompt)]
+        ids = self.prompt_ids(prompt)
+        if ids is not None:
+            return [len(ids)]
         counts = []
         for item in prompt:
             counts.append(self.count_text(item) if isinstance(item, str) else len(item))

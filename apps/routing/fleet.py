@@ -51,7 +51,7 @@ class FleetView:
         # Bumped on every refresh; what is derived from node state is cached per generation,
         # or in `derived`, which every refresh empties.
         self.generation = 0
-        self.derived: dict = {}
+        self.derived: dict[tuple[str, int | str], object] = {}
 
     def replace(self, raw: dict[bytes, bytes]) -> None:
         """Swap in the nodes read from the fleet hash."""

@@ -47,8 +47,6 @@ from apps.routing.stats import GatewayStats
 from inference.hardware.profiles import profile_named, serving_rates
 from inference.prefix_cache import GROUP_TOKENS
 
-# The request count at which the queue score halves: a few requests per node already batch well.
-QUEUE_HALF_SCORE = 4.0
 # Predictions use a reference model's figures: routing compares nodes serving the same model, so
 # the ratios between GPUs matter, not the absolute rate (an 8B dense model in BF16, Llama-3's
 # 128 KiB of KV per token).
@@ -217,7 +215,8 @@ class _Context:
     best_cost: float | None = None
     latency: dict[int, float | None] = field(default_factory=dict)
     cost: dict[int, float | None] = field(default_factory=dict)
-    predicted: dict[int, float] = field(default_factory=dict)
+    ttft: dict[int, float] = field(default_factory=dict)  # predicted seconds to first token
+    predicted: dict[int, float] = field(default_factory=dict)  # ttft plus weighted decode
     matched: dict[int, int] = field(default_factory=dict)  # leading prefix blocks per node
     best_predicted: float = 0.0
 
@@ -321,10 +320,7 @@ def _not_saturated(ctx: _Context, node: NodeSnapshot) -> bool:
 
 
 def _queue_score(ctx: _Context, node: NodeSnapshot) -> float:
-    predicted = ctx.predicted.get(node.id)
-    if predicted is None:  # the count-based score, for callers outside decide()
-        queued = node.engine.num_requests_running + node.engine.num_requests_waiting
-        return 1.0 / (1.0 + (queued + ctx.fleet.inflight.get(node.id, 0)) / QUEUE_HALF_SCORE)
+    predicted = ctx.predicted[node.id]  # decide() predicts every eligible node when this runs
     return (ctx.best_predicted + PREDICTION_SLACK_SECONDS) / (predicted + PREDICTION_SLACK_SECONDS)
 
 
@@ -355,7 +351,6 @@ REQUEST_SCORERS: tuple[tuple[str, Scorer], ...] = (
     ("affinity", _affinity_score),
     ("hardware", _hardware_score),
 )
-SCORERS = STANDING_SCORERS + REQUEST_SCORERS
 
 
 def node_latency_p95(stats: GatewayStats, node: NodeSnapshot) -> float | None:
@@ -423,14 +418,6 @@ def _prefill_scale(fleet: FleetView, model: str) -> float:
         ]
         scale = fleet.derived[key] = sum(ratios) / len(ratios) if ratios else 1.0
     return scale
-
-
-def predicted_wait(
-    fleet: FleetView, node: NodeSnapshot, request: RouteRequest, matched: int = 0
-) -> float:
-    """Predicted first-token seconds plus decode seconds at DECODE_SECONDS_WEIGHT."""
-    decode = request.completion_tokens / node_rates(fleet, node).decode
-    return predicted_ttft(fleet, node, request, matched) + DECODE_SECONDS_WEIGHT * decode
 
 
 def predicted_ttft(
@@ -607,12 +594,16 @@ class Router:
             # and every gateway sends the same one to the same node.
             key = None if any(ctx.matched.values()) else blocks[-1]
         if "queue" in self._request_weights:
-            matched = ctx.matched
+            # The queue score weighs each node's predicted first token plus its decode time at
+            # DECODE_SECONDS_WEIGHT; the chosen node's first token is kept for its breaker.
+            fleet, matched = self.fleet, ctx.matched
             for verdict, _ in eligible:
                 node = verdict.node
-                ctx.predicted[node.id] = predicted_wait(
-                    self.fleet, node, request, matched.get(node.id, 0)
+                ttft = ctx.ttft[node.id] = predicted_ttft(
+                    fleet, node, request, matched.get(node.id, 0)
                 )
+                decode = request.completion_tokens / node_rates(fleet, node).decode
+                ctx.predicted[node.id] = ttft + DECODE_SECONDS_WEIGHT * decode
             ctx.best_predicted = min(ctx.predicted.values())
         if key is not None:
             ctx.affinity_node = max(eligible, key=lambda pair: mix64(key, pair[0].node.id))[
@@ -629,11 +620,7 @@ class Router:
             verdict.standing_scores, verdict.scores, verdict.total = standing.scores, scores, total
             if best is None or total > best.total:
                 best = verdict
-        return Decision(
-            node=best.node,
-            pool=pool,
-            verdicts=verdicts,
-            predicted_ttft_s=predicted_ttft(
-                self.fleet, best.node, request, ctx.matched.get(best.node.id)
-            ),
-        )
+        ttft = ctx.ttft.get(best.node.id)
+        if ttft is None:  # the queue scorer is weighted out: predict for the breaker alone
+            ttft = predicted_ttft(self.fleet, best.node, request, ctx.matched.get(best.node.id))
+        return Decision(node=best.node, pool=pool, verdicts=verdicts, predicted_ttft_s=ttft)

@@ -101,28 +101,24 @@ def test_prefix_blocks_are_bounded(blocks):
     assert len(prefix_blocks(request)) == min(blocks, MAX_PREFIX_BLOCKS)
 
 
+A100 = "nvidia-a100-sxm4-80gb"
+
+
+def a100(name: str, **overrides):
+    """A node of one A100, with a context that fits every prompt here."""
+    return make_snapshot(name=name, profile=A100, gpu_count=1, max_model_len=LONG, **overrides)
+
+
 def test_a_measured_prefill_rate_overrides_the_profile_and_scales_the_unmeasured_nodes():
     # Two nodes of one hardware profile: the profile alone cannot tell them apart.
-    slow = make_snapshot(
-        name="slow", profile="nvidia-a100-sxm4-80gb", gpu_count=1, max_model_len=LONG
-    )
-    other = make_snapshot(
-        name="other", profile="nvidia-a100-sxm4-80gb", gpu_count=1, max_model_len=LONG
-    )
-    profile_rate = profile_rates("nvidia-a100-sxm4-80gb", 1)[0]
+    slow, other = a100("slow"), a100("other")
+    profile_rate = profile_rates(A100, 1)[0]
     router = make_router(slow, other)
     request = route_request(prompt_tokens=20_000)
     assert node_rates(router.fleet, slow).prefill == node_rates(router.fleet, other).prefill
 
     # The engine of one measured a third of what the profile predicts for the reference model.
-    slow = make_snapshot(
-        name="slow",
-        id=slow.id,
-        profile="nvidia-a100-sxm4-80gb",
-        gpu_count=1,
-        max_model_len=LONG,
-        prefill_tokens_per_second=profile_rate / 3,
-    )
+    slow = a100("slow", id=slow.id, prefill_tokens_per_second=profile_rate / 3)
     router = make_router(slow, other)
     assert node_rates(router.fleet, slow).prefill == pytest.approx(profile_rate / 3)
     # The unmeasured node serves the same model: its profile's figure is scaled alike, so the
@@ -130,14 +126,7 @@ def test_a_measured_prefill_rate_overrides_the_profile_and_scales_the_unmeasured
     assert node_rates(router.fleet, other).prefill == pytest.approx(profile_rate / 3)
 
     # Measured slower than its twin (its engine is shared, throttled...): the other one wins.
-    fast = make_snapshot(
-        name="fast",
-        id=other.id,
-        profile="nvidia-a100-sxm4-80gb",
-        gpu_count=1,
-        max_model_len=LONG,
-        prefill_tokens_per_second=profile_rate,
-    )
+    fast = a100("fast", id=other.id, prefill_tokens_per_second=profile_rate)
     router = make_router(slow, fast)
     assert predicted_ttft(router.fleet, slow, request) == pytest.approx(
         3 * predicted_ttft(router.fleet, fast, request)
