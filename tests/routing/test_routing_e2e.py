@@ -245,8 +245,8 @@ def test_a_long_prompt_goes_to_the_node_with_less_queued_work_not_fewer_requests
     platform, committed
 ):
     """One node holds two long prompts it has not prefilled (its vLLM server is paused), the
-    other four short ones it is decoding: a long prompt goes to the node with four requests,
-    because the two ahead of it on the other are more work."""
+    other four short ones it was decoding (paused after their first tokens): a long prompt goes
+    to the node with four requests, because the two ahead of it on the other are more work."""
     from apps.hardware.models import Node
     from apps.hardware.services import node_drain, node_undrain
 
@@ -277,7 +277,6 @@ def test_a_long_prompt_goes_to_the_node_with_less_queued_work_not_fewer_requests
                 if line.startswith(b"data: [DONE]"):
                     break
 
-    engine = paused.engine_pid()
     threads: list[threading.Thread] = []
 
     def start(content: str, max_tokens: int) -> threading.Event:
@@ -287,8 +286,11 @@ def test_a_long_prompt_goes_to_the_node_with_less_queued_work_not_fewer_requests
         threads.append(thread)
         return event
 
+    # Each engine's vLLM server is paused in turn (SIGSTOP): what the gateway has in flight
+    # there stays exactly as it was sent, however fast or slow the machine runs today.
+    engines = [paused.engine_pid(), decoding.engine_pid()]
     node_drain(node=decoding_row)
-    os.kill(engine, signal.SIGSTOP)
+    os.kill(engines[0], signal.SIGSTOP)
     try:
         time.sleep(0.6)  # the gateway's refresh sees the drain
         for tag in ("alpha", "beta"):
@@ -301,18 +303,38 @@ def test_a_long_prompt_goes_to_the_node_with_less_queued_work_not_fewer_requests
         node_undrain(node=decoding_row)
         node_drain(node=paused_row)
         time.sleep(0.6)
-        # As long as the context allows: they must still be decoding when the last one comes.
         firsts = [start(f"short {i}", 1_900) for i in range(4)]
         for first in firsts:
             assert first.wait(30), "a short request's first token"
+        # Decoding, their prompts prefilled: held there, mid-generation, until the decision.
+        os.kill(engines[1], signal.SIGSTOP)
         node_undrain(node=paused_row)
         time.sleep(0.6)
         assert gateway_inflight(platform, paused.node_name) == 2
         assert gateway_inflight(platform, decoding.node_name) == 4
-        request_id = ask(platform, long_prompt("gamma"), max_tokens=1)
-        assert nodes_of([request_id]) == Counter({decoding.node_name: 1})
+        asked: list[str] = []
+        gamma = threading.Thread(
+            target=lambda: asked.append(ask(platform, long_prompt("gamma"), max_tokens=1)),
+            daemon=True,
+        )
+        gamma.start()
+        wait_for(
+            lambda: (
+                gateway_inflight(platform, paused.node_name)
+                + gateway_inflight(platform, decoding.node_name)
+                == 7
+            ),
+            timeout=10,
+            what="the long prompt routed",
+        )
+        assert gateway_inflight(platform, decoding.node_name) == 5
+        for engine in engines:
+            os.kill(engine, signal.SIGCONT)
+        gamma.join(timeout=120)
+        assert nodes_of(asked) == Counter({decoding.node_name: 1})
     finally:
-        os.kill(engine, signal.SIGCONT)
+        for engine in engines:
+            os.kill(engine, signal.SIGCONT)
         node_undrain(node=paused_row)
         node_undrain(node=decoding_row)
         for thread in threads:
