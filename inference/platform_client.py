@@ -8,9 +8,11 @@ import urllib.parse
 from typing import Any
 
 from inference.wire import (
+    ENGINE_SETTINGS_PATH,
     HEARTBEAT_PATH,
     REGISTER_PATH,
     TOKENIZER_PATH,
+    EngineSettings,
     Heartbeat,
     HeartbeatAccepted,
     Registration,
@@ -51,7 +53,7 @@ class PlatformClient:
             self._connection.close()
             self._connection = None
 
-    def _send(self, method: str, path: str, body: bytes) -> tuple[int, bytes]:
+    def _send(self, method: str, path: str, body: bytes | None) -> tuple[int, bytes]:
         if self._connection is None:
             kind = http.client.HTTPSConnection if self._https else http.client.HTTPConnection
             self._connection = kind(self._host, timeout=REQUEST_TIMEOUT)
@@ -67,8 +69,8 @@ class PlatformClient:
             self.close()
         return response.status, data
 
-    def _call(self, method: str, path: str, payload: dict[str, Any]) -> dict[str, Any]:
-        body = json.dumps(payload).encode()
+    def _call(self, method: str, path: str, payload: dict[str, Any] | None) -> dict[str, Any]:
+        body = json.dumps(payload).encode() if payload is not None else None
         try:
             try:
                 status, data = self._send(method, path, body)
@@ -101,3 +103,15 @@ class PlatformClient:
 
     def upload_tokenizer(self, sha256: str, upload: TokenizerUpload) -> None:
         self._call("PUT", TOKENIZER_PATH.format(sha256=sha256), upload.to_dict())
+
+    def engine_settings(self, model: str, version: str) -> EngineSettings:
+        """What the registry says this version's engine starts with; a PlatformError with
+        status 404 when the version is not registered."""
+        path = ENGINE_SETTINGS_PATH.format(
+            model=urllib.parse.quote(model, safe=""), version=urllib.parse.quote(version, safe="")
+        )
+        answer = self._call("GET", path, None)
+        try:
+            return EngineSettings.from_dict(answer)
+        except WireError as exc:
+            raise PlatformError(f"GET {path}: unexpected answer: {exc}") from exc

@@ -25,10 +25,47 @@ SPECIAL_TOKENS = ["<|begin_of_text|>", "<|end_of_text|>", "<|im_start|>", "<|im_
 BOS, EOS, PAD = "<|begin_of_text|>", "<|im_end|>", "<|pad|>"
 
 # ChatML, the format Qwen and many fine-tunes use; `add_generation_prompt` opens the reply.
+# With `tools`, Hermes-style tool calling as Qwen 2.5's template does it (vLLM's `hermes` tool
+# parser reads the replies): a system block lists the tools within <tools></tools> (the
+# request's system message first, if any) and asks for calls as <tool_call>{"name": ...,
+# "arguments": ...}</tool_call>; an assistant's tool calls are rendered so, tool results as
+# <tool_response> blocks within one user turn. Prompts without tools render as plain ChatML
+# did before tools were added. Newlines after a block tag are written as expressions: the
+# environment's trim_blocks (transformers' and vLLM's) drops a literal one.
 CHAT_TEMPLATE = (
     "{{ bos_token }}"
+    "{% if tools %}"
+    "<|im_start|>system\n"
+    "{% if messages and messages[0]['role'] == 'system' %}"
+    "{{ messages[0]['content'] if messages[0]['content'] is not none else '' }}{{ '\\n\\n' }}"
+    "{% endif %}"
+    "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n<tools>"
+    "{% for tool in tools %}{{ '\\n' }}{{ tool | tojson }}{% endfor %}"
+    "{{ '\\n' }}</tools>\n\nFor each function call, return a json object with function name "
+    "and arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+    '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n'
+    "{% endif %}"
     "{% for message in messages %}"
-    "<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% set content = message['content'] if message['content'] is not none else '' %}"
+    "{% if tools and loop.first and message['role'] == 'system' %}"
+    "{% elif message['role'] == 'assistant' and message['tool_calls'] %}"
+    "<|im_start|>assistant{% if content %}{{ '\\n' }}{{ content }}{% endif %}"
+    "{% for tool_call in message['tool_calls'] %}"
+    "{% set call = tool_call['function'] if tool_call['function'] is defined else tool_call %}"
+    "{{ '\\n<tool_call>\\n{\"name\": \"' }}{{ call['name'] }}{{ '\", \"arguments\": ' }}"
+    "{% if call['arguments'] is string %}{{ call['arguments'] }}"
+    "{% else %}{{ call['arguments'] | tojson }}{% endif %}"
+    "{{ '}\\n</tool_call>' }}"
+    "{% endfor %}"
+    "<|im_end|>\n"
+    "{% elif message['role'] == 'tool' %}"
+    "{% if loop.first or messages[loop.index0 - 1]['role'] != 'tool' %}<|im_start|>user{% endif %}"
+    "{{ '\\n<tool_response>\\n' }}{{ content }}{{ '\\n</tool_response>' }}"
+    "{% if loop.last or messages[loop.index0 + 1]['role'] != 'tool' %}<|im_end|>\n{% endif %}"
+    "{% else %}"
+    "<|im_start|>{{ message['role'] }}\n{{ content }}<|im_end|>\n"
+    "{% endif %}"
     "{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )

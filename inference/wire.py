@@ -19,8 +19,13 @@ from typing import Any, Self
 REGISTER_PATH = "/internal/v1/nodes/register"
 HEARTBEAT_PATH = "/internal/v1/nodes/{node_id}/heartbeat"
 TOKENIZER_PATH = "/internal/v1/tokenizers/{sha256}"
+# The model's name and the version's tag, each URL-quoted (a model's name may hold a slash).
+ENGINE_SETTINGS_PATH = "/internal/v1/models/{model}/versions/{version}/engine"
 
 NODE_STATUSES = ("up", "draining", "down")
+# What a model's engine runs as (apps.models.choices.ModelKind): a generating model, or a
+# pooling one that embeds.
+MODEL_KINDS = ("generate", "embed")
 
 
 class WireError(ValueError):
@@ -211,6 +216,21 @@ class HeartbeatAccepted(Message):
     status: str
     # An operator drained the node: gateways send it no new requests until it is undrained.
     drained: bool = False
+
+
+@dataclass(slots=True)
+class EngineSettings(Message):
+    """What the platform's registry says a model version's engine starts with; None: vLLM's
+    default (no parser, the tokenizer's chat template)."""
+
+    kind: str = "generate"
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
+    chat_template: str | None = None
+
+    def validate(self) -> None:
+        if self.kind not in MODEL_KINDS:
+            raise WireError("kind", f"must be one of {', '.join(MODEL_KINDS)}")
 
 
 @dataclass(slots=True)

@@ -8,7 +8,9 @@ never from the command line, which every user of the host can read in `ps`.
 
 Reads the node's GPUs (or CPU) and the model's shape, and starts vLLM with the engine arguments
 recommended for them (inference/hardware/engine_args.py; the operator's own vLLM arguments win
-flag by flag, and --no-recommend turns the recommendation off). Waits until vLLM is healthy,
+flag by flag, and --no-recommend turns the recommendation off), and with what the platform's
+registry says of the version (its kind, tool-call and reasoning parsers, chat template: fetched
+before vLLM starts; the operator's arguments win over those too). Waits until vLLM is healthy,
 uploads the tokenizer if the platform lacks it, registers with the recommendation and the
 hardware view, then sends a heartbeat every few seconds with the engine's load and the
 hardware's state. On SIGTERM or SIGINT it reports itself draining, lets in-flight requests
@@ -19,6 +21,7 @@ process tree ends with it (inference.proctree).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import logging
 import os
 import signal
@@ -45,6 +48,7 @@ from inference.platform_client import PlatformClient, PlatformError
 from inference.tokenizer_export import export_tokenizer
 from inference.wire import (
     EngineLoad,
+    EngineSettings,
     Heartbeat,
     Registration,
     RegistrationAccepted,
@@ -54,7 +58,8 @@ from inference.wire import (
 
 logger = logging.getLogger("dmx.worker")
 
-# Registration is retried this often while the platform is unreachable, seconds.
+# Registration (and the fetch of the engine settings) is retried this often while the platform
+# is unreachable, seconds.
 RETRY_SECONDS = 2.0
 # While draining, the engine's load is polled this often, seconds.
 DRAIN_POLL_SECONDS = 0.2
@@ -184,6 +189,29 @@ def _visible_devices(view: NodeView, devices: list[int]) -> str:
     return ",".join(uuids) if all(uuids) else ",".join(map(str, devices))
 
 
+def _settings_summary(settings: EngineSettings) -> str:
+    template = (
+        f"{len(settings.chat_template)} characters" if settings.chat_template else "the tokenizer's"
+    )
+    return (
+        f"kind {settings.kind}, tool-call parser {settings.tool_call_parser or 'none'}, "
+        f"reasoning parser {settings.reasoning_parser or 'none'}, chat template {template}"
+    )
+
+
+def _settings_record(settings: EngineSettings | None) -> dict | None:
+    """The settings for the node's record: the chat template by its hash, not its text."""
+    if settings is None:
+        return None
+    template = settings.chat_template
+    return {
+        "kind": settings.kind,
+        "tool_call_parser": settings.tool_call_parser,
+        "reasoning_parser": settings.reasoning_parser,
+        "chat_template_sha256": hashlib.sha256(template.encode()).hexdigest() if template else None,
+    }
+
+
 class Worker:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
@@ -264,6 +292,18 @@ class Worker:
                     "%s; pass --no-recommend to start vLLM anyway", self.recommendation.summary
                 )
                 return 1
+        if not self.args.attach:
+            settings = self._engine_settings()
+            if settings is None:
+                return 0  # stopped while the platform was unreachable
+            self.engine.config.settings = settings
+            logger.info(
+                "engine settings of %s@%s: %s; vLLM flags from them: %s",
+                self.args.name,
+                self.args.version,
+                _settings_summary(settings),
+                " ".join(self.engine.config.settings_args()) or "none",
+            )
         try:
             self.engine.start()
             self.engine.wait_healthy(self.args.start_timeout, cancelled=self.stopping)
@@ -284,6 +324,25 @@ class Worker:
             self._report("up", self._load())
             self.stopping.wait(self.accepted.heartbeat_seconds if self.accepted else RETRY_SECONDS)
         return self._drain()
+
+    def _engine_settings(self) -> EngineSettings | None:
+        """The registry's settings of this version, asked until the platform answers; vLLM's
+        defaults when the version is not registered (registration then says so); None when
+        stopped first."""
+        while not self.stopping.is_set():
+            try:
+                return self.platform.engine_settings(self.args.name, self.args.version)
+            except PlatformError as exc:
+                if exc.status == 404:
+                    logger.warning(
+                        "the platform has no settings for %s@%s: vLLM's defaults apply",
+                        self.args.name,
+                        self.args.version,
+                    )
+                    return EngineSettings()
+                logger.warning("fetching the engine settings failed: %s", exc)
+            self.stopping.wait(RETRY_SECONDS)
+        return None
 
     def _on_signal(self, signum: int, frame) -> None:
         logger.info("signal %s: draining", signal.Signals(signum).name)
@@ -311,6 +370,8 @@ class Worker:
                 "scheduling_policy": flags.get("--scheduling-policy") or "fcfs",
                 # Gateways count a node saturated by what waits beyond its batch.
                 "max_num_seqs": int(max_num_seqs) if max_num_seqs else None,
+                # The registry's settings it started with (None: attached, or none fetched).
+                "settings": _settings_record(self.engine.config.settings),
             },
         )
 

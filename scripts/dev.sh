@@ -4,7 +4,9 @@
 #
 # Settings come from the environment and .env (created on first run); see .env.example.
 # Without DATABASE_URL the platform uses SQLite in db.sqlite3. Without DMX_WORKER_MODEL the
-# worker serves the tiny offline model, built on first run into .cache/models/dmx-tiny.
+# worker serves the tiny offline model, built on first run into .cache/models/dmx-tiny, with
+# tool calling (vLLM's hermes parser), and a second worker serves the same model as the
+# embedding model dmx-tiny-embed (DMX_EMBED_WORKER=0 leaves it out).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -24,17 +26,24 @@ GATEWAY_HOST=${DMX_GATEWAY_HOST:-127.0.0.1}
 GATEWAY_PORT=${DMX_GATEWAY_PORT:-8000}
 WORKER_PORT=${DMX_WORKER_PORT:-8100}
 MODEL_NAME=${DMX_WORKER_MODEL_NAME:-dmx-tiny}
+EMBED_PORT=${DMX_EMBED_WORKER_PORT:-$((WORKER_PORT + 1))}
+EMBED_MODEL_NAME=dmx-tiny-embed
 mkdir -p .run
 
 if [ -z "${REDIS_URL:-}" ]; then ./scripts/services.sh; fi
 
+EMBED_WORKER=0
+TOOL_CALL_PARSER=""
 if [ -z "${DMX_WORKER_MODEL:-}" ]; then
+  EMBED_WORKER=${DMX_EMBED_WORKER:-1}
+  TOOL_CALL_PARSER=hermes  # the tiny model's chat template speaks Hermes (inference/tiny_model.py)
   DMX_WORKER_MODEL=$PWD/.cache/models/dmx-tiny
   echo "==> the tiny offline model: $DMX_WORKER_MODEL"
   .venv-vllm/bin/python -m inference.tiny_model "$DMX_WORKER_MODEL" >/dev/null 2>&1
   export HF_HUB_OFFLINE=${HF_HUB_OFFLINE:-1}
-  # float32: see inference/tiny_model.py
-  DMX_WORKER_VLLM_ARGS=${DMX_WORKER_VLLM_ARGS:---enforce-eager --dtype float32}
+  # float32: see inference/tiny_model.py; compact JSON for structured outputs: see tests/stack.py
+  compact_json='{"backend":"xgrammar","disable_any_whitespace":true}'
+  DMX_WORKER_VLLM_ARGS=${DMX_WORKER_VLLM_ARGS:---enforce-eager --dtype float32 --structured-outputs-config $compact_json}
 fi
 CONTEXT=$(.venv/bin/python -c "import json,sys; print(json.load(open(sys.argv[1]+'/config.json')).get('max_position_embeddings', 2048))" "$DMX_WORKER_MODEL" 2>/dev/null || echo 4096)
 
@@ -53,6 +62,14 @@ merged = {k: new.get(k) or old.get(k) for k in set(new) | set(old)}
 path.write_text(json.dumps(merged))
 path.chmod(0o600)
 PY
+# The demo model's engine settings (a version that has its own keeps them), and the embedding
+# model a second worker serves.
+.venv/bin/python manage.py model_ensure "$MODEL_NAME" --source "$DMX_WORKER_MODEL" \
+  --max-context-tokens "$CONTEXT" ${TOOL_CALL_PARSER:+--tool-call-parser "$TOOL_CALL_PARSER"} >/dev/null
+if [ "$EMBED_WORKER" = 1 ]; then
+  .venv/bin/python manage.py model_ensure "$EMBED_MODEL_NAME" --kind embed \
+    --source "$DMX_WORKER_MODEL" --max-context-tokens "$CONTEXT" >/dev/null
+fi
 read_demo() { .venv/bin/python -c "import json; print(json.load(open('.run/demo.json')).get('$1') or '')"; }
 API_KEY=$(read_demo api_key)
 NODE_TOKEN=${DMX_NODE_TOKEN:-$(read_demo node_token)}
@@ -92,9 +109,30 @@ VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1} VLLM_CPU_OMP_THREADS_BIND=${
   -- ${DMX_WORKER_VLLM_ARGS:---enforce-eager} > .run/worker.log 2>&1 &
 pids+=($!)
 
-echo -n "==> waiting for the node to register"
+served=("$MODEL_NAME")
+EMBED_LOG=""
+if [ "$EMBED_WORKER" = 1 ]; then
+  echo "==> starting the embedding worker for $EMBED_MODEL_NAME on port $EMBED_PORT (logs: .run/worker-embed.log)"
+  # The same tiny model, run by vLLM as a pooling model (the platform tells the worker its
+  # kind); one OpenMP thread, unbound, a 1 GiB KV cache: it shares the cores with the first.
+  DMX_NODE_TOKEN="$NODE_TOKEN" \
+  VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind OMP_NUM_THREADS=1 \
+  .venv-vllm/bin/python -m inference.worker --model "$DMX_WORKER_MODEL" --name "$EMBED_MODEL_NAME" \
+    --port "$EMBED_PORT" --platform-url "http://127.0.0.1:$GATEWAY_PORT" \
+    -- ${DMX_WORKER_VLLM_ARGS:---enforce-eager} --max-num-seqs 16 > .run/worker-embed.log 2>&1 &
+  pids+=($!)
+  served+=("$EMBED_MODEL_NAME")
+  EMBED_LOG=" .run/worker-embed.log"
+fi
+
+echo -n "==> waiting for the nodes to register"
 for _ in $(seq 1 300); do
-  if curl -sf "http://127.0.0.1:$GATEWAY_PORT/v1/models" -H "Authorization: Bearer $API_KEY" | grep -q "\"$MODEL_NAME\""; then
+  models=$(curl -sf "http://127.0.0.1:$GATEWAY_PORT/v1/models" -H "Authorization: Bearer $API_KEY" || true)
+  missing=0
+  for name in "${served[@]}"; do
+    grep -q "\"$name\"" <<<"$models" || missing=1
+  done
+  if [ "$missing" = 0 ]; then
     break
   fi
   for pid in "${pids[@]}"; do
@@ -113,15 +151,22 @@ DMX platform is running.
   admin                    http://$GATEWAY_HOST:$GATEWAY_PORT/admin/  (user admin${ADMIN_PASSWORD:+, password $ADMIN_PASSWORD})
   health, metrics          http://$GATEWAY_HOST:$GATEWAY_PORT/health  http://$GATEWAY_HOST:$GATEWAY_PORT/metrics
   demo API key             $API_KEY
-  logs                     .run/gateway.log .run/celery.log .run/worker.log
+  logs                     .run/gateway.log .run/celery.log .run/worker.log$EMBED_LOG
+  models                   ${served[*]}
 
 Try:
   curl http://$GATEWAY_HOST:$GATEWAY_PORT/v1/chat/completions -H "Authorization: Bearer $API_KEY" \\
     -H "Content-Type: application/json" \\
     -d '{"model": "$MODEL_NAME", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16}'
-
-Ctrl-C stops everything.
 INFO
+if [ "$EMBED_WORKER" = 1 ]; then
+  cat <<INFO
+  curl http://$GATEWAY_HOST:$GATEWAY_PORT/v1/embeddings -H "Authorization: Bearer $API_KEY" \\
+    -H "Content-Type: application/json" -d '{"model": "$EMBED_MODEL_NAME", "input": ["Hello!", "Bye."]}'
+INFO
+fi
+echo
+echo "Ctrl-C stops everything."
 
 wait -n "${pids[@]}"
 echo "a process exited; see .run/*.log" >&2

@@ -12,6 +12,7 @@ from django.conf import settings
 from django.db import connection
 
 from apps.hardware.nodestate import NodeSnapshot, fleet_key
+from apps.models.choices import ModelKind
 from dmxplatform.redis_client import sync_redis
 from tests import stack as stack_module
 from tests.faults import TcpProxy
@@ -51,6 +52,11 @@ WORKERS = {
     "dmx-tiny-v2": ("dmx-tiny", "v2"),
     "dmx-tiny-b": ("dmx-tiny-b", "v1"),
 }
+# The served models' tool-call parser: the tiny model's chat template speaks Hermes.
+TOOL_CALL_PARSER = "hermes"
+# An embedding model: the tiny model run as a pooling model, by a worker started on first use
+# (the `embed_worker` fixture), not with the session's stack.
+EMBED_MODEL = "dmx-tiny-embed"
 # In the catalog, never served: requests for it must get 503.
 UNSERVED_MODEL = "dmx-unserved"
 # In the catalog; tests register dead nodes for it.
@@ -77,9 +83,16 @@ class Seed:
 
 
 def e2e_seed() -> Seed:
-    for name in (*SERVED_MODELS, UNSERVED_MODEL, BROKEN_MODEL):
+    make_model(SERVED_MODELS[0], max_context_tokens=TINY_CONTEXT, tool_call_parser=TOOL_CALL_PARSER)
+    make_model(
+        SERVED_MODELS[0],
+        max_context_tokens=TINY_CONTEXT,
+        version="v2",
+        tool_call_parser=TOOL_CALL_PARSER,
+    )
+    for name in (*SERVED_MODELS[1:], UNSERVED_MODEL, BROKEN_MODEL):
         make_model(name, max_context_tokens=TINY_CONTEXT)
-    make_model(SERVED_MODELS[0], max_context_tokens=TINY_CONTEXT, version="v2")
+    make_model(EMBED_MODEL, max_context_tokens=TINY_CONTEXT, kind=ModelKind.EMBED)
     _, node_token = make_node_token("e2e")
     _, api_key = make_api_key(name="e2e")
     return Seed(node_token=node_token, api_key=api_key)
@@ -148,6 +161,18 @@ def platform(django_db_setup, django_db_blocker) -> Iterator[RunningPlatform]:
         stack.stop()
         database.close()
         lock.close()
+
+
+@pytest.fixture(scope="session")
+def embed_worker(platform: RunningPlatform) -> Iterator[stack_module.Worker]:
+    """A worker serving EMBED_MODEL, started on first use (a fourth engine on two cores is too
+    many to keep up for the whole session) and stopped with the session's stack."""
+    worker = platform.stack.start_worker(model_name=EMBED_MODEL, node_token=platform.node_token)
+    try:
+        wait_until_served(platform, EMBED_MODEL, worker)
+        yield worker
+    finally:
+        worker.stop()
 
 
 def wait_until_served(running: RunningPlatform, model: str, worker: stack_module.Worker) -> None:

@@ -28,6 +28,10 @@ WORKER_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 TINY_MODEL_DIR = ROOT / ".cache" / "models" / "dmx-tiny"
 # Eager mode starts in seconds; float32 keeps vLLM off its AMX path (see inference/tiny_model.py).
 TINY_MODEL_VLLM_ARGS = ("--enforce-eager", "--dtype", "float32", "--max-num-seqs", "16")
+# Structured outputs (json_schema, strict tool calls) by xgrammar, with no whitespace between JSON
+# tokens: constrained decoding of random weights otherwise picks whitespace, which JSON allows
+# anywhere, until max_tokens runs out (seen: 60 tokens of tabs and newlines, no closing brace).
+TINY_STRUCTURED_OUTPUTS = '{"backend":"xgrammar","disable_any_whitespace":true}'
 # vLLM with the tiny model starts in 16-40 s on two shared cores; more means it is broken.
 WORKER_START_TIMEOUT = 180
 # The processes run production's settings, not the suite's (dmxplatform/settings/test.py, which
@@ -237,6 +241,10 @@ class Stack:
             "--enforce-eager",
             "--max-num-seqs",
             "16",
+            # JSON without optional whitespace: the tiny model's random weights would otherwise
+            # fill a structured output's whitespace until max_tokens (TINY_STRUCTURED_OUTPUTS).
+            "--structured-outputs-config",
+            TINY_STRUCTURED_OUTPUTS,
         ]
         env = dict(
             self.env,
@@ -280,13 +288,30 @@ def tiny_prompt_counter():
     )
 
 
+def _tiny_model_current() -> bool:
+    """The tiny model is built, with the chat template the builder writes now."""
+    from inference.tiny_model import CHAT_TEMPLATE
+
+    try:
+        config = json.loads((TINY_MODEL_DIR / "tokenizer_config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return (TINY_MODEL_DIR / "config.json").exists() and config.get(
+        "chat_template"
+    ) == CHAT_TEMPLATE
+
+
 def build_tiny_model() -> Path:
-    """Build the tiny model once; later runs reuse it."""
-    if not (TINY_MODEL_DIR / "config.json").exists():
-        subprocess.run(
-            [str(WORKER_PYTHON), "-m", "inference.tiny_model", str(TINY_MODEL_DIR)],
-            cwd=ROOT,
-            check=True,
-            capture_output=True,
-        )
+    """Build the tiny model once, again when its chat template changed; later runs reuse it."""
+    if _tiny_model_current():
+        return TINY_MODEL_DIR
+    with machine_lock("tiny-model"):  # a test run beside this one may be building it too
+        if not _tiny_model_current():
+            (TINY_MODEL_DIR / ".dmx-builder").unlink(missing_ok=True)
+            subprocess.run(
+                [str(WORKER_PYTHON), "-m", "inference.tiny_model", str(TINY_MODEL_DIR)],
+                cwd=ROOT,
+                check=True,
+                capture_output=True,
+            )
     return TINY_MODEL_DIR

@@ -30,7 +30,8 @@ logger = logging.getLogger(__name__)
 
 
 class CompletionsEndpoint:
-    """POST /v1/chat/completions and POST /v1/completions."""
+    """POST /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages and
+    /v1/embeddings: each through the one pipeline, in its own API (apps.gateway.dialects)."""
 
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
@@ -39,7 +40,18 @@ class CompletionsEndpoint:
         if scope["method"] != "POST":
             await _refuse_method(send, "POST")
             return
+        if self.endpoint is Endpoint.MESSAGES:
+            scope = _api_key_as_bearer(scope)
         await complete(CompletionState(self.endpoint, scope, receive, send))
+
+
+def _api_key_as_bearer(scope: dict[str, Any]) -> dict[str, Any]:
+    """Anthropic's clients send the key as `x-api-key`: read it as the bearer token it is,
+    where no Authorization header came."""
+    api_key = header(scope, b"x-api-key")
+    if api_key is None or header(scope, b"authorization") is not None:
+        return scope
+    return {**scope, "headers": [*scope["headers"], (b"authorization", b"Bearer " + api_key)]}
 
 
 class ModelsEndpoint:

@@ -17,6 +17,12 @@ from dmxplatform.errors import InvalidRequestError
 class PromptCount:
     tokens: int | None  # a batch's longest prompt; None without a tokenizer
     ids: list[int] | None = None  # the token ids, where the request has one text prompt
+    total: int | None = None  # a batch's prompts together (None: just the one, `tokens`)
+    prompts: int = 1  # how many prompts: each gets its completion
+
+    @property
+    def all_tokens(self) -> int | None:
+        return self.tokens if self.total is None else self.total
 
 
 def count_prompt(model: ModelEntry, request: CompletionRequest) -> PromptCount:
@@ -27,7 +33,7 @@ def count_prompt(model: ModelEntry, request: CompletionRequest) -> PromptCount:
         return PromptCount(None)
     if request.endpoint is Endpoint.CHAT:
         try:
-            ids = counter.chat_ids(request.payload["messages"])
+            ids = counter.chat_ids(request.payload["messages"], tools=request.payload.get("tools"))
         except ChatTemplateError as exc:
             raise InvalidRequestError(
                 f"The messages do not fit the model's chat template: {exc}",
@@ -35,11 +41,12 @@ def count_prompt(model: ModelEntry, request: CompletionRequest) -> PromptCount:
                 code=GatewayErrorCode.INVALID_VALUE,
             ) from exc
         return PromptCount(len(ids), ids)
-    prompt = request.payload["prompt"]
+    prompt = request.prompt
     ids = counter.prompt_ids(prompt)
     if ids is not None:
         return PromptCount(len(ids), ids)
-    return PromptCount(max(counter.count_prompts(prompt)))
+    counts = counter.count_prompts(prompt)
+    return PromptCount(max(counts), total=sum(counts), prompts=len(counts))
 
 
 def context_limit(model: ModelEntry, kv_pressure: float | None) -> int:
@@ -51,14 +58,15 @@ def context_limit(model: ModelEntry, kv_pressure: float | None) -> int:
     return model.max_context_tokens
 
 
-def reservation(request: CompletionRequest, prompt_tokens: int, context_limit: int) -> int:
-    """Tokens to hold for a request: its prompt plus the most it may generate."""
+def reservation(request: CompletionRequest, count: PromptCount, context_limit: int) -> int:
+    """Tokens to hold for a request: its prompts plus the most it may generate, for every
+    prompt of a batch and every choice of each."""
     completion = request.max_tokens
     if completion is None:
         completion = min(
-            settings.DMX_DEFAULT_COMPLETION_RESERVE, max(context_limit - prompt_tokens, 0)
+            settings.DMX_DEFAULT_COMPLETION_RESERVE, max(context_limit - (count.tokens or 0), 0)
         )
-    return prompt_tokens + completion * request.n
+    return (count.all_tokens or 0) + completion * request.n * count.prompts
 
 
 def _prompt_chars(request: CompletionRequest) -> int:
@@ -66,7 +74,7 @@ def _prompt_chars(request: CompletionRequest) -> int:
     cheaply, by prompt_tokens)."""
     if request.endpoint is Endpoint.CHAT:
         return sum(prompt_chars(message.get("content")) for message in request.payload["messages"])
-    prompt = request.payload["prompt"]
+    prompt = request.prompt
     if isinstance(prompt, str):
         return len(prompt)
     return max((len(item) for item in prompt if isinstance(item, str)), default=0)
@@ -96,7 +104,7 @@ def check_context(
 def _check(
     model: ModelEntry, request: CompletionRequest, tokens: int, limit: int, *, at_least: bool
 ) -> None:
-    param = request.prompt_param
+    param = request.param
     maximum = f"This model's maximum context length is {limit} tokens"
     if limit < model.max_context_tokens:
         maximum += f" while it is under load (normally {model.max_context_tokens})"

@@ -16,4 +16,5 @@ class GatewayErrorCode(StrEnum):
     UPSTREAM_ERROR = "upstream_error"
     STATE_UNAVAILABLE = "state_unavailable"
     NOT_FOUND = "not_found"
+    UNSUPPORTED_MODEL = "unsupported_model"
     INTERNAL_ERROR = "internal_error"

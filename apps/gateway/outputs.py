@@ -3,7 +3,7 @@ through the filter, usage the way OpenAI reports it, and the token counts the ga
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -106,11 +106,16 @@ class StreamEditor:
         self._identity_fields = identity or {}
         self._endpoint = endpoint
         self._include_usage = include_usage
-        self._scanners: dict[int, StreamScanner] = {}
+        # Per choice (its index), and per tool call of a choice ((choice, call) indices).
+        self._scanners: dict[int | tuple[int, int], StreamScanner] = {}
         self._final_usage: dict[str, Any] | None = None
         self._choice_usage: dict[int, dict[str, Any]] = {}
         self.blocked: Match | None = None
         self.first_content = False
+        # The prompt's tokens as the engine counted them (its first chunk's usage), and the
+        # stop string that ended a choice, for the dialects that report them (Anthropic's).
+        self.prompt_tokens: int | None = None
+        self.stop_sequence: str | None = None
         self._identity: dict[str, Any] = {}
 
     @property
@@ -131,16 +136,23 @@ class StreamEditor:
     def flags(self) -> list[str]:
         return sorted({m.term for s in self._scanners.values() for m in s.flags})
 
-    def _scanner(self, index: int) -> StreamScanner:
+    def _scanner(self, index: int | tuple[int, int]) -> StreamScanner:
         scanner = self._scanners.get(index)
         if scanner is None:
             scanner = self._scanners[index] = StreamScanner(self._filter)
         return scanner
 
-    def edit(self, data: bytes) -> bytes | None:
+    def edit(self, data: bytes) -> dict[str, Any] | None:
         """Return the chunk to send for one upstream `data:` payload, or None to send nothing."""
         chunk = orjson.loads(data)
         usage = chunk.pop("usage", None)
+        choices = chunk.get("choices")
+        for choice in choices or ():
+            # vLLM's `stop_reason` (which stop string ended the choice) is an internal field of
+            # OpenAI's shape, but Anthropic's (`stop_sequence`) says it: kept aside.
+            stop = choice.get("stop_reason")
+            if isinstance(stop, str):
+                self.stop_sequence = stop
         _shape(chunk, self._endpoint, self._identity_fields)
         if not self._identity:
             self._identity = {
@@ -148,7 +160,6 @@ class StreamEditor:
                 for k in ("id", "object", "created", "model", "system_fingerprint")
                 if k in chunk
             }
-        choices = chunk.get("choices")
         if not choices:
             if usage is None:
                 return None
@@ -156,21 +167,25 @@ class StreamEditor:
             if not self._include_usage:
                 return None
             chunk["usage"] = _client_usage(usage)
-            return orjson.dumps(chunk)
-        if usage and len(choices) == 1:
-            self._choice_usage[choices[0].get("index", 0)] = usage
+            return chunk
+        if usage:
+            if len(choices) == 1:
+                self._choice_usage[choices[0].get("index", 0)] = usage
+            if self.prompt_tokens is None:
+                self.prompt_tokens = usage.get("prompt_tokens")
         for choice in choices:
             self._edit_choice(choice)
         if self._include_usage:
             chunk["usage"] = None
-        return orjson.dumps(chunk)
+        return chunk
 
-    def usage_chunk(self) -> bytes:
+    def usage_chunk(self) -> dict[str, Any]:
         """The closing usage chunk, for a stream the gateway ends itself."""
-        return orjson.dumps({**self._identity, "choices": [], "usage": _client_usage(self.usage)})
+        return {**self._identity, "choices": [], "usage": _client_usage(self.usage)}
 
     def _edit_choice(self, choice: dict[str, Any]) -> None:
-        scanner = self._scanner(choice.get("index", 0))
+        index = choice.get("index", 0)
+        scanner = self._scanner(index)
         text = _text_of(choice, self._endpoint)
         if text:
             self.first_content = True
@@ -179,6 +194,19 @@ class StreamEditor:
                 self.blocked = block
                 choice["finish_reason"] = CONTENT_FILTER
             _set_text(choice, self._endpoint, safe)
+        for call in _tool_calls(choice):
+            # A tool call's arguments are output too, screened as the text is, each call's
+            # on its own (a term split between two calls' arguments is no term).
+            self.first_content = True
+            function = call.get("function") or {}
+            arguments = function.get("arguments")
+            if not arguments or self.blocked is not None:
+                continue
+            safe, block = self._scanner((index, call.get("index", 0))).feed(arguments)
+            function["arguments"] = safe
+            if block is not None:
+                self.blocked = block
+                choice["finish_reason"] = CONTENT_FILTER
         if choice.get("finish_reason") and self.blocked is None:
             held = scanner.flush()
             if scanner.blocked is not None:
@@ -186,6 +214,27 @@ class StreamEditor:
                 choice["finish_reason"] = CONTENT_FILTER
             if held:
                 _set_text(choice, self._endpoint, (_text_of(choice, self._endpoint) or "") + held)
+            self._flush_tool_calls(index, choice)
+
+    def _flush_tool_calls(self, index: int, choice: dict[str, Any]) -> None:
+        """At a choice's end, send the arguments its tool calls' scanners still hold."""
+        for key, scanner in self._scanners.items():
+            if not isinstance(key, tuple) or key[0] != index or self.blocked is not None:
+                continue
+            held = scanner.flush()
+            if scanner.blocked is not None:
+                self.blocked = scanner.blocked
+                choice["finish_reason"] = CONTENT_FILTER
+            elif held:
+                delta = choice.setdefault("delta", {})
+                delta.setdefault("tool_calls", []).append(
+                    {"index": key[1], "function": {"arguments": held}}
+                )
+
+
+def _tool_calls(choice: dict[str, Any]) -> list[dict[str, Any]]:
+    holder = choice.get("delta") or choice.get("message") or {}
+    return holder.get("tool_calls") or []
 
 
 def _client_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -195,36 +244,83 @@ def _client_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
     return {name: value for name, value in usage.items() if name in _USAGE_FIELDS}
 
 
+class FilteredAnswer(NamedTuple):
+    response: dict[str, Any]  # OpenAI's shape, filtered
+    usage: dict[str, Any] | None  # to bill: vLLM's
+    flags: list[str]
+    blocked: bool
+    stop_sequence: str | None  # the stop string that ended the first choice, if one did
+
+
 def filter_response(
     body: bytes,
     content_filter: ContentFilter,
     *,
     endpoint: Endpoint,
     identity: dict[str, str] | None = None,
-) -> tuple[bytes, dict[str, Any] | None, list[str], bool]:
-    """Shape and filter a whole (non-streamed) completion; return the body, the usage to bill,
-    flags, blocked."""
+) -> FilteredAnswer:
+    """Shape and filter a whole (non-streamed) completion."""
     response = orjson.loads(body)
     usage = response.get("usage")
+    choices = response.get("choices") or ()
+    stop = choices[0].get("stop_reason") if choices else None
+    stop = stop if isinstance(stop, str) else None
     _shape(response, endpoint, identity or {})
     if not len(content_filter):
-        return orjson.dumps(response), usage, [], False
+        return FilteredAnswer(response, usage, [], False, stop)
     flags: set[str] = set()
     blocked = False
     for choice in response.get("choices") or ():
         text = _text_of(choice, endpoint)
-        if not text:
-            continue
-        matches = content_filter.scan(text)
-        if not matches:
-            continue
-        flags.update(m.term for m in matches if m.action is FilterAction.FLAG)
-        block = next((m for m in matches if m.action is FilterAction.BLOCK), None)
-        visible = text[: block.start] if block else text
-        edited = mask_text(visible, [m for m in matches if m.end <= len(visible)])
-        if block is not None:
-            blocked = True
+        if text:
+            edited, found, block = _filtered(content_filter, text)
+            flags.update(found)
+            if edited != text:
+                _set_text(choice, endpoint, edited)
+            blocked |= block
+        calls = _tool_calls(choice)
+        for call in calls:
+            function = call.get("function") or {}
+            arguments = function.get("arguments")
+            if isinstance(arguments, str) and arguments:
+                function["arguments"], found, block = _filtered(content_filter, arguments)
+                flags.update(found)
+                if block:  # a call with blocked content in its arguments is no call to make
+                    blocked = True
+                    calls.clear()
+                    break
+        if blocked:
             choice["finish_reason"] = CONTENT_FILTER
-        if edited != text:
-            _set_text(choice, endpoint, edited)
-    return orjson.dumps(response), usage, sorted(flags), blocked
+    return FilteredAnswer(response, usage, sorted(flags), blocked, stop)
+
+
+_EMBEDDING_USAGE_FIELDS = ("prompt_tokens", "total_tokens")
+
+
+def embeddings_answer(body: bytes, *, model: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """An embeddings response in OpenAI's shape (its object, data, model as the client named
+    it, and usage of prompt and total tokens), and the usage to bill."""
+    response = orjson.loads(body)
+    usage = response.get("usage") or {}
+    answer = {
+        "object": "list",
+        "data": response.get("data") or [],
+        "model": model,
+        "usage": {name: usage.get(name) or 0 for name in _EMBEDDING_USAGE_FIELDS},
+    }
+    return answer, usage
+
+
+def _filtered(content_filter: ContentFilter, text: str) -> tuple[str, set[str], bool]:
+    """The text masked (cut before a blocked term), the flagged terms, and whether it blocked."""
+    matches = content_filter.scan(text)
+    if not matches:
+        return text, set(), False
+    flags = {m.term for m in matches if m.action is FilterAction.FLAG}
+    block = next((m for m in matches if m.action is FilterAction.BLOCK), None)
+    visible = text[: block.start] if block else text
+    return (
+        mask_text(visible, [m for m in matches if m.end <= len(visible)]),
+        flags,
+        block is not None,
+    )

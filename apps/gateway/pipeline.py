@@ -1,6 +1,7 @@
-"""One completion request through the gateway, stage by stage, over one CompletionState.
+"""One request to a model through the gateway, stage by stage, over one CompletionState.
 
-auth (KeyGate: key, signature, client network) -> parse -> intent -> resolve the model
+auth (KeyGate: key, signature, client network) -> parse (the client's API, into the
+engine's: apps.gateway.dialects) -> intent -> resolve the model
 (routing: aliases by intent) -> screen the prompt -> count its tokens against the context
 allowed now -> limits (KeyGate: one Redis round trip, or none from the process's lease) ->
 route, connect and answer (apps.gateway.relay; routing holds the node) -> settle
@@ -21,6 +22,7 @@ import time
 from django.conf import settings
 
 from apps.gateway.context import (
+    PromptCount,
     check_context,
     check_context_bound,
     context_limit,
@@ -33,15 +35,18 @@ from apps.gateway.prompts import intent_text, prefix_blocks, screen_prompt
 from apps.gateway.relay import forward
 from apps.gateway.request_ids import accept_client_request_id
 from apps.gateway.runtime import GatewayRuntime, get_runtime
-from apps.gateway.schemas import parse_json, validate_completion
+from apps.gateway.schemas import Endpoint, parse_json
 from apps.gateway.settlement import confirm, settle
 from apps.gateway.state import CompletionState
 from apps.gateway.upstream_http import UpstreamConnectionError, UpstreamTimeout
 from apps.keys.gate import UsageStatus
+from apps.models.catalog import ModelEntry
+from apps.models.choices import ModelKind
 from dmxplatform import metrics
 from dmxplatform.clients import client_address
 from dmxplatform.errors import (
     ApplicationError,
+    InvalidRequestError,
     NotFoundError,
     ServiceUnavailableError,
     UpstreamError,
@@ -135,8 +140,35 @@ def prepare(state: CompletionState, runtime: GatewayRuntime, body: bytes) -> Non
 
     CPU only, in proportion to the body: run in the runtime's worker thread when the body is
     large, so that a prompt of megabytes does not hold the event loop."""
-    request = state.request = validate_completion(state.endpoint, parse_json(body))
+    request = state.request = state.dialect.parse(parse_json(body))
     state.clock.mark(Stage.PARSE)
+    model = state.model = _resolve(state, runtime, request)
+    _check_kind(model, request.endpoint)
+    limit = state.context_limit = context_limit(model, runtime.dispatcher.kv_pressure(model.name))
+    check_context_bound(model, request, limit)
+    state.flags = screen_prompt(runtime.content_filter, request)
+    state.clock.mark(Stage.SCREEN)
+    counted = state.prompt_count = count_prompt(model, request)
+    tokens = state.estimated_tokens = counted.tokens
+    # Routing matches the prompt's prefix in token groups, as engines report what they cache;
+    # without the model's tokenizer, in text blocks (this gateway's own routing index only).
+    state.prefix_blocks = chain_hashes(counted.ids) if counted.ids else prefix_blocks(request)
+    check_context(model, request, tokens, limit)
+    state.clock.mark(Stage.CONTEXT)
+
+
+def _resolve(state: CompletionState, runtime: GatewayRuntime, request) -> ModelEntry:
+    """The model the request goes to: an alias resolved by the prompt's intent (embeddings
+    name their model: no intent is read)."""
+    resolve = functools.partial(
+        runtime.dispatcher.resolve,
+        request.model,
+        request_id=state.request_id,
+        allows=state.key.allows,
+    )
+    if request.endpoint is Endpoint.EMBEDDINGS:
+        model, state.preferred = resolve(intent="")
+        return model
     prediction = classify(intent_text(request))
     state.intent = prediction.label
     state.intent_confidence = prediction.confidence
@@ -146,38 +178,33 @@ def prepare(state: CompletionState, runtime: GatewayRuntime, body: bytes) -> Non
     sure = prediction.confidence >= settings.DMX_INTENT_MIN_CONFIDENCE
     state.intent_low_confidence = not sure
     metrics.gateway_intents.labels(state.intent, "ok" if sure else "low").inc()
-    resolve = functools.partial(
-        runtime.dispatcher.resolve,
-        request.model,
-        request_id=state.request_id,
-        allows=state.key.allows,
-    )
     try:
         model, state.preferred = resolve(intent=state.intent if sure else "")
     except NotFoundError:
         if sure:
             raise
         model, state.preferred = resolve(intent=state.intent)
-    state.model = model
-    limit = state.context_limit = context_limit(model, runtime.dispatcher.kv_pressure(model.name))
-    check_context_bound(model, request, limit)
-    state.flags = screen_prompt(runtime.content_filter, request)
-    state.clock.mark(Stage.SCREEN)
-    counted = count_prompt(model, request)
-    tokens = state.estimated_tokens = counted.tokens
-    # Routing matches the prompt's prefix in token groups, as engines report what they cache;
-    # without the model's tokenizer, in text blocks (this gateway's own routing index only).
-    state.prefix_blocks = chain_hashes(counted.ids) if counted.ids else prefix_blocks(request)
-    check_context(model, request, tokens, limit)
-    state.clock.mark(Stage.CONTEXT)
+    return model
+
+
+def _check_kind(model: ModelEntry, endpoint: Endpoint) -> None:
+    """Embeddings go to embedding models only, everything else to generating ones."""
+    wanted = ModelKind.EMBED if endpoint is Endpoint.EMBEDDINGS else ModelKind.GENERATE
+    if model.kind != wanted:
+        kind = "an embedding" if model.kind == ModelKind.EMBED else "a text generation"
+        raise InvalidRequestError(
+            f"The model `{model.name}` is {kind} model: it does not serve {endpoint.path}.",
+            param="model",
+            code=GatewayErrorCode.UNSUPPORTED_MODEL,
+        )
 
 
 async def admit(state: CompletionState, runtime: GatewayRuntime) -> None:
     """Reserve the prompt and the completion it may take against the key's limits."""
-    request, tokens = state.request, state.estimated_tokens
-    if tokens is None:
-        tokens = len(intent_text(request)) // CHARS_PER_TOKEN + 1
-    state.reserved = reservation(request, tokens, state.context_limit)
+    request, count = state.request, state.prompt_count
+    if count is None or count.tokens is None:
+        count = PromptCount(len(intent_text(request)) // CHARS_PER_TOKEN + 1)
+    state.reserved = reservation(request, count, state.context_limit)
     state.admission = await runtime.gate.admit(
         state.key,
         request_id=state.request_id,
@@ -201,8 +228,8 @@ async def fail(
     await settle(state, runtime)
     if state.reply.started and isinstance(error, UpstreamError) and state.dispatch is not None:
         await state.dispatch.report(failed=True)
-    # Mid-stream the status line is gone: the error goes in the stream, as OpenAI sends it.
-    await state.reply.error(error)
+    # Mid-stream the status line is gone: the error goes in the stream, as the API sends it.
+    await state.reply.error(error, event=state.writer.error(error) if state.writer else b"")
 
 
 # Children bound once (metrics.Bound): label lookups are what the request path can do without.

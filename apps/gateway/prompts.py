@@ -20,7 +20,7 @@ def intent_text(request: CompletionRequest) -> str:
     back to, if it only does that), or the prompt."""
     if request.endpoint is Endpoint.CHAT:
         return user_request(request.payload["messages"], message_text)
-    prompt = request.payload["prompt"]
+    prompt = request.prompt
     if isinstance(prompt, str):
         return prompt
     return prompt[0] if prompt and isinstance(prompt[0], str) else ""
@@ -38,10 +38,15 @@ def _texts(request: CompletionRequest) -> list[tuple[dict[str, Any] | list, Any,
                 for part in content:
                     if isinstance(part, dict) and isinstance(part.get("text"), str):
                         found.append((part, "text", part["text"]))
+            # The arguments of the calls an assistant turn made: text the model reads too.
+            for call in message.get("tool_calls") or ():
+                function = call.get("function")
+                if isinstance(function, dict) and isinstance(function.get("arguments"), str):
+                    found.append((function, "arguments", function["arguments"]))
     else:
-        prompt = request.payload["prompt"]
+        prompt = request.prompt
         if isinstance(prompt, str):
-            found.append((request.payload, "prompt", prompt))
+            found.append((request.payload, request.prompt_param, prompt))
         elif prompt and isinstance(prompt[0], str):
             found.extend((prompt, i, text) for i, text in enumerate(prompt))
     return found
@@ -53,7 +58,7 @@ def screen_prompt(content_filter: ContentFilter, request: CompletionRequest) -> 
     if not len(content_filter):
         return []
     flags: set[str] = set()
-    param = request.prompt_param
+    param = request.param
     for container, slot, text in _texts(request):
         matches = content_filter.scan(text)
         if not matches:
@@ -88,7 +93,7 @@ def affinity_key(request: CompletionRequest) -> int | None:
             leading.append(message_text(message.get("content")))
         prefix = "\x1e".join(leading) if leading else message_text(messages[0].get("content"))
     else:
-        prompt = request.payload["prompt"]
+        prompt = request.prompt
         prefix = prompt if isinstance(prompt, str) else ""
     if not prefix:
         return None
@@ -108,7 +113,7 @@ def _prompt_stream(request: CompletionRequest) -> str:
             f"\x1e{message.get('role')}\x1f{message_text(message.get('content'))}"
             for message in request.payload["messages"]
         )
-    prompt = request.payload["prompt"]
+    prompt = request.prompt
     return prompt if isinstance(prompt, str) else ""
 
 

@@ -7,11 +7,15 @@ import asyncio
 import contextlib
 import time
 
+import orjson
+
 from apps.gateway import sse
+from apps.gateway.dialects.base import Answer
 from apps.gateway.errors import GatewayErrorCode
-from apps.gateway.outputs import StreamEditor, filter_response, identity
+from apps.gateway.outputs import StreamEditor, embeddings_answer, filter_response, identity
 from apps.gateway.prompts import affinity_key
 from apps.gateway.runtime import GatewayRuntime
+from apps.gateway.schemas import Endpoint
 from apps.gateway.settlement import settle, submit
 from apps.gateway.state import CompletionState
 from apps.gateway.upstream import sender, stream_error, upstream_error
@@ -37,7 +41,7 @@ async def forward(state: CompletionState, runtime: GatewayRuntime) -> None:
             affinity=affinity_key(request),
             preferred_profiles=state.preferred,
             prefix_blocks=state.prefix_blocks,
-            prompt_param=request.prompt_param,
+            prompt_param=request.param,
             streamed=request.stream,
         ),
         state.clock,
@@ -77,14 +81,20 @@ async def _respond(
     except TimeoutError:
         raise state.timed_out() from None
     state.first_token_at = state.clock.mark(Stage.GENERATE)
-    data, state.usage, flags, blocked = filter_response(
-        data, runtime.content_filter, endpoint=state.endpoint, identity=_identity(state)
-    )
-    state.flags = sorted({*state.flags, *flags})
-    if blocked:
-        state.outcome = UsageStatus.CONTENT_FILTERED
+    request = state.request
+    if request.endpoint is Endpoint.EMBEDDINGS:
+        answer, state.usage = embeddings_answer(data, model=request.model)
+    else:
+        filtered = filter_response(
+            data, runtime.content_filter, endpoint=request.endpoint, identity=_identity(state)
+        )
+        state.usage = filtered.usage
+        state.flags = sorted({*state.flags, *filtered.flags})
+        if filtered.blocked:
+            state.outcome = UsageStatus.CONTENT_FILTERED
+        answer = state.dialect.answer(filtered.response, _answer(state), filtered.stop_sequence)
     await submit(state, runtime)
-    await state.reply.json(200, data)
+    await state.reply.json(200, orjson.dumps(answer))
 
 
 async def _stream(
@@ -115,6 +125,10 @@ def _identity(state: CompletionState) -> dict[str, str]:
     return identity(model=state.request.model, version_tag=state.node.version_tag)
 
 
+def _answer(state: CompletionState) -> Answer:
+    return Answer(request_id=state.request_id, request=state.request, identity=_identity(state))
+
+
 async def _wait_disconnect(receive) -> None:
     while (await receive())["type"] != "http.disconnect":
         pass
@@ -125,10 +139,11 @@ async def _relay(
 ) -> None:
     editor = state.editor = StreamEditor(
         runtime.content_filter,
-        endpoint=state.endpoint,
+        endpoint=state.request.endpoint,
         include_usage=state.request.include_usage,
         identity=_identity(state),
     )
+    writer = state.writer = state.dialect.writer(_answer(state), editor)
     reply, dispatch = state.reply, state.dispatch
     splitter = sse.EventSplitter()
     # vLLM's first event (the role chunk) waits for the next one: should the engine refuse
@@ -144,7 +159,7 @@ async def _relay(
             if data == sse.DONE:
                 state.clock.mark(Stage.DECODE)
                 await submit(state, runtime)
-                held.append(sse.encode(sse.DONE))
+                held.append(writer.end(cut=False))
                 continue
             if data.startswith(b'{"error"'):
                 held.append(await _stream_error(state, stream_error(data)))
@@ -155,7 +170,7 @@ async def _relay(
                 state.first_token_at = state.clock.mark(Stage.TTFT)
                 dispatch.first_token()
             if edited is not None:
-                held.append(sse.encode(edited))
+                held.append(writer.chunk(edited))
             if editor.blocked is not None:
                 await _end_blocked(state, runtime, held)
                 return
@@ -184,7 +199,7 @@ async def _stream_error(state: CompletionState, error: ApplicationError) -> byte
         raise error
     state.outcome = UsageStatus.UPSTREAM_ERROR if failed else UsageStatus.REJECTED
     state.error_code = str(error.code)
-    return sse.encode(error.to_json())
+    return state.writer.error(error)
 
 
 async def _end_blocked(state: CompletionState, runtime: GatewayRuntime, out: list[bytes]) -> None:
@@ -192,7 +207,5 @@ async def _end_blocked(state: CompletionState, runtime: GatewayRuntime, out: lis
     state.outcome = UsageStatus.CONTENT_FILTERED
     state.clock.mark(Stage.DECODE)
     await settle(state, runtime)
-    if state.request.include_usage and state.editor.usage:
-        out.append(sse.encode(state.editor.usage_chunk()))
-    out.append(sse.encode(sse.DONE))
+    out.append(state.writer.end(cut=True))
     await state.reply.body(b"".join(out), more=False)

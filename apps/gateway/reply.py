@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
-from apps.gateway import sse
 from dmxplatform.errors import ApplicationError
 from dmxplatform.responses import EVENT_STREAM, Headers, send_error, send_json
 
@@ -14,21 +14,27 @@ class ClientReply:
     whether the head went out: a stream's status line cannot be taken back, so an error after
     it goes in the stream, as OpenAI sends one."""
 
-    __slots__ = ("_send", "headers", "started")
+    __slots__ = ("_error_body", "_send", "headers", "started")
 
-    def __init__(self, send: Any, headers: Headers) -> None:
+    def __init__(
+        self, send: Any, headers: Headers, error_body: Callable[[ApplicationError], bytes]
+    ) -> None:
+        """`error_body`: an error in the shape of the API the client speaks."""
         self._send = send
         self.headers = headers
+        self._error_body = error_body
         self.started = False
 
     async def json(self, status: int, data: bytes) -> None:
         await send_json(self._send, status, data, self.headers)
 
-    async def error(self, error: ApplicationError) -> None:
+    async def error(self, error: ApplicationError, *, event: bytes = b"") -> None:
+        """Answer with the error; once the stream has started, with `event` (the error as the
+        stream's writer puts it) instead."""
         if self.started:
-            await self.body(sse.encode(error.to_json()), more=False)
+            await self.body(event, more=False)
         else:
-            await send_error(self._send, error, self.headers)
+            await send_error(self._send, error, self.headers, body=self._error_body(error))
 
     async def body(self, body: bytes, *, more: bool) -> None:
         """Send a piece of the event stream, its head first."""

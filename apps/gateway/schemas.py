@@ -9,7 +9,7 @@ silence.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
@@ -39,16 +39,30 @@ _DEFAULT_SERVICE_TIERS = frozenset({"auto", "default"})
 
 
 class Endpoint(StrEnum):
+    """A /v1 API, as the usage record names it. Responses and Messages requests go to the
+    engine as chat completions (apps.gateway.dialects translates them both ways)."""
+
     CHAT = "chat.completions"
     COMPLETIONS = "completions"
+    RESPONSES = "responses"
+    MESSAGES = "messages"
+    EMBEDDINGS = "embeddings"
 
     @property
     def path(self) -> str:
-        return "/v1/chat/completions" if self is Endpoint.CHAT else "/v1/completions"
+        """Where the gateway serves it, and where vLLM does."""
+        return "/v1/" + self.value.replace(".", "/")
+
+
+_PROMPT_PARAMS = {Endpoint.CHAT: "messages", Endpoint.EMBEDDINGS: "input"}
 
 
 @dataclass(slots=True)
 class CompletionRequest:
+    """A request as the engine gets it: `endpoint` is the engine's API (chat completions,
+    completions or embeddings) and `payload` its body, translated where the client spoke
+    another API."""
+
     endpoint: Endpoint
     model: str
     payload: dict[str, Any]
@@ -56,11 +70,22 @@ class CompletionRequest:
     include_usage: bool
     max_tokens: int | None
     n: int
+    # The client's name for the prompt's field, for errors about it ("input" for a Responses
+    # request the engine gets as chat "messages"); empty: the payload's own.
+    client_prompt_param: str = ""
+    # What the client's API repeats of its request in the answer (a Responses object's
+    # settings: apps.gateway.dialects.responses).
+    echo: dict[str, Any] = field(default_factory=dict)
 
     @property
     def prompt_param(self) -> str:
-        """The body's field that holds the prompt."""
-        return "messages" if self.endpoint is Endpoint.CHAT else "prompt"
+        """The payload's field that holds the prompt."""
+        return _PROMPT_PARAMS.get(self.endpoint, "prompt")
+
+    @property
+    def param(self) -> str:
+        """The prompt's field as the client named it."""
+        return self.client_prompt_param or self.prompt_param
 
     @property
     def prompt(self) -> Any:
@@ -195,9 +220,9 @@ def _check_content_parts(parts: list[Any], param: str) -> None:
             )
 
 
-def _check_prompt(prompt: Any) -> None:
+def _check_prompt(prompt: Any, name: str = "prompt") -> None:
     if prompt is None:
-        raise _invalid("'prompt' is required.", "prompt", GatewayErrorCode.MISSING_PARAMETER)
+        raise _invalid(f"'{name}' is required.", name, GatewayErrorCode.MISSING_PARAMETER)
     if isinstance(prompt, str):
         return
     valid = (
@@ -211,9 +236,9 @@ def _check_prompt(prompt: Any) -> None:
     )
     if not valid:
         raise _invalid(
-            "'prompt' must be a string, an array of strings, an array of token ids, "
+            f"'{name}' must be a string, an array of strings, an array of token ids, "
             "or an array of token-id arrays.",
-            "prompt",
+            name,
             GatewayErrorCode.INVALID_TYPE,
         )
 
@@ -257,8 +282,7 @@ def _refuse_unhonoured(data: dict[str, Any]) -> None:
         )
 
 
-def validate_completion(endpoint: Endpoint, data: dict[str, Any]) -> CompletionRequest:
-    """Check a chat or text completion request; return what the pipeline needs from it."""
+def check_model(data: dict[str, Any]) -> str:
     model = data.get("model")
     if model is None:
         raise _invalid("'model' is required.", "model", GatewayErrorCode.MISSING_PARAMETER)
@@ -266,6 +290,51 @@ def validate_completion(endpoint: Endpoint, data: dict[str, Any]) -> CompletionR
         raise _invalid(
             "'model' must be a non-empty string.", "model", GatewayErrorCode.INVALID_TYPE
         )
+    return model
+
+
+# OpenAI's own bound on an embeddings request's inputs.
+MAX_EMBEDDING_INPUTS = 2048
+_ENCODING_FORMATS = frozenset({"float", "base64"})
+
+
+def validate_embeddings(data: dict[str, Any]) -> CompletionRequest:
+    """Check an embeddings request: its inputs as a completions prompt may be, none empty."""
+    model = check_model(data)
+    inputs = data.get("input")
+    _check_prompt(inputs, "input")
+    if inputs == "" or (isinstance(inputs, list) and any(item in ("", []) for item in inputs)):
+        raise _invalid(
+            "'input' must not contain empty strings.", "input", GatewayErrorCode.INVALID_VALUE
+        )
+    if isinstance(inputs, list) and len(inputs) > MAX_EMBEDDING_INPUTS and not _token_ids(inputs):
+        raise _invalid(
+            f"'input' may hold at most {MAX_EMBEDDING_INPUTS} inputs, got {len(inputs)}.",
+            "input",
+            GatewayErrorCode.INVALID_VALUE,
+        )
+    encoding = data.get("encoding_format")
+    if encoding is not None and not (isinstance(encoding, str) and encoding in _ENCODING_FORMATS):
+        raise _invalid(
+            "'encoding_format' must be 'float' or 'base64'.",
+            "encoding_format",
+            GatewayErrorCode.INVALID_VALUE,
+        )
+    _optional_int(data, "dimensions", 1)
+    return CompletionRequest(
+        endpoint=Endpoint.EMBEDDINGS,
+        model=model,
+        payload=data,
+        stream=False,
+        include_usage=False,
+        max_tokens=0,
+        n=1,
+    )
+
+
+def validate_completion(endpoint: Endpoint, data: dict[str, Any]) -> CompletionRequest:
+    """Check a chat or text completion request; return what the pipeline needs from it."""
+    model = check_model(data)
     _refuse_unhonoured(data)
     if endpoint is Endpoint.CHAT:
         _check_messages(data.get("messages"))

@@ -9,6 +9,9 @@ from typing import Any
 from django.conf import settings
 
 from apps.gateway import tracing
+from apps.gateway.context import PromptCount
+from apps.gateway.dialects import dialect_for
+from apps.gateway.dialects.base import StreamWriter
 from apps.gateway.outputs import StreamEditor
 from apps.gateway.reply import ClientReply
 from apps.gateway.schemas import CompletionRequest, Endpoint
@@ -23,8 +26,9 @@ def new_request_id() -> str:
 
 
 class CompletionState:
-    """A chat or text completion request, from first byte to usage record. Each group of
-    fields is what one stage produced; a field still at its default is a stage not reached."""
+    """A request to a model (chat, completions, responses, messages, embeddings), from first
+    byte to usage record. Each group of fields is what one stage produced; a field still at its
+    default is a stage not reached."""
 
     def __init__(
         self,
@@ -37,15 +41,18 @@ class CompletionState:
     ) -> None:
         """`key`: the key a caller inside the platform acts for, its user already signed in
         (the portal's playground); otherwise the request's bearer key decides."""
-        # As it came.
+        # As it came, and the API it speaks (its parsing, answers and errors).
         self.endpoint = endpoint
+        self.dialect = dialect_for(endpoint)
         self.scope = scope
         self.receive = receive
         self.request_id = new_request_id()
         self.received_at = time.time()
         self.trace = tracing.start(endpoint, self.request_id)
         self.clock = self.trace.new_clock()
-        self.reply = ClientReply(send, [(b"x-request-id", self.request_id.encode())])
+        self.reply = ClientReply(
+            send, [(b"x-request-id", self.request_id.encode())], self.dialect.error_body
+        )
         self.client_request_id = ""
         # auth: the key, and a signing key's nonce.
         self.key = key
@@ -65,6 +72,7 @@ class CompletionState:
         # tokenizer).
         self.flags: list[str] = []
         self.estimated_tokens: int | None = None
+        self.prompt_count: PromptCount | None = None
         # Chained hashes of the prompt's 512-token groups (or text blocks), for routing.
         self.prefix_blocks: tuple[int, ...] = ()
         # limits: what was reserved against the key's limits.
@@ -72,8 +80,10 @@ class CompletionState:
         self.admission: Admission | None = None
         # route, connect: the way to a node (routing's).
         self.dispatch: Dispatch | None = None
-        # The answer: the stream's editor, an unstreamed answer's usage, the first token.
+        # The answer: the stream's editor and writer (the client's events), an unstreamed
+        # answer's usage, the first token.
         self.editor: StreamEditor | None = None
+        self.writer: StreamWriter | None = None
         self.usage: dict[str, Any] | None = None
         self.first_token_at: float | None = None
         # How it ended.

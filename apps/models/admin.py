@@ -1,6 +1,8 @@
+from django import forms
 from django.contrib import admin
 from django.http import HttpRequest
 
+from apps.models.engine_settings import REASONING_PARSERS, TOOL_CALL_PARSERS
 from apps.models.models import LlmModel, ModelVersion, Tokenizer
 from apps.models.services import (
     llm_model_delete,
@@ -23,10 +25,36 @@ class ModelVersionWrites(ServiceDeletesMixin):
         model_version_delete(version=obj)
 
 
+def _parser_choices(names: tuple[str, ...]) -> list[tuple[str, str]]:
+    return [("", "none"), *((name, name) for name in names)]
+
+
+class ModelVersionForm(forms.ModelForm):
+    """The engine's parsers picked from vLLM's (the model's clean() checks them again)."""
+
+    class Meta:
+        model = ModelVersion
+        fields = "__all__"
+        widgets = {
+            "tool_call_parser": forms.Select(choices=_parser_choices(TOOL_CALL_PARSERS)),
+            "reasoning_parser": forms.Select(choices=_parser_choices(REASONING_PARSERS)),
+            "chat_template": forms.Textarea(attrs={"rows": 12, "class": "vLargeTextField"}),
+        }
+
+
 class ModelVersionInline(admin.TabularInline):
     model = ModelVersion
+    form = ModelVersionForm
     extra = 0
-    fields = ["tag", "source", "tokenizer", "is_active", "created_at"]
+    fields = [
+        "tag",
+        "source",
+        "tokenizer",
+        "tool_call_parser",
+        "reasoning_parser",
+        "is_active",
+        "created_at",
+    ]
     readonly_fields = ["tokenizer", "created_at"]
 
 
@@ -57,7 +85,16 @@ class LlmModelAdmin(ServiceDeletesMixin, admin.ModelAdmin):
 
 @admin.register(ModelVersion)
 class ModelVersionAdmin(ModelVersionWrites, admin.ModelAdmin):
-    list_display = ["__str__", "source", "tokenizer", "is_active", "created_at"]
+    form = ModelVersionForm
+    list_display = [
+        "__str__",
+        "source",
+        "tokenizer",
+        "tool_call_parser",
+        "reasoning_parser",
+        "is_active",
+        "created_at",
+    ]
     list_filter = ["model", "is_active"]
 
 

@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator, RegexValidator
 from django.db import models
 
 from apps.models.choices import ModelKind
+from apps.models.engine_settings import (
+    REASONING_PARSERS,
+    TOOL_CALL_PARSERS,
+    chat_template_error,
+    parser_error,
+)
 
 # Public model ids travel in URLs and JSON; keep them to the characters OpenAI and vLLM use.
 MODEL_NAME_VALIDATOR = RegexValidator(
@@ -108,6 +115,24 @@ class ModelVersion(models.Model):
         validators=[MinValueValidator(1)],
         help_text="Gate: the P95 latency bound, ms; empty: the stable versions' P95 plus a tenth.",
     )
+    # What the version's workers start vLLM with (inference.worker fetches them first).
+    tool_call_parser = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="vLLM's --tool-call-parser for this model's output (e.g. hermes, "
+        "llama3_json); empty: requests with tool_choice auto, required or a named tool are "
+        "refused.",
+    )
+    reasoning_parser = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="vLLM's --reasoning-parser (e.g. qwen3, deepseek_r1); empty: none.",
+    )
+    chat_template = models.TextField(
+        blank=True,
+        help_text="A Jinja chat template used instead of the tokenizer's, by the engine and "
+        "by the gateway's token counts; empty: the tokenizer's.",
+    )
     is_active = models.BooleanField(default=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -120,6 +145,20 @@ class ModelVersion(models.Model):
                 name="model_version_stable_or_canary",
             ),
         ]
+
+    def clean(self) -> None:
+        errors = {
+            "tool_call_parser": parser_error(
+                self.tool_call_parser, TOOL_CALL_PARSERS, "--tool-call-parser"
+            ),
+            "reasoning_parser": parser_error(
+                self.reasoning_parser, REASONING_PARSERS, "--reasoning-parser"
+            ),
+            "chat_template": chat_template_error(self.chat_template),
+        }
+        errors = {name: message for name, message in errors.items() if message}
+        if errors:
+            raise ValidationError(errors)
 
     @property
     def is_canary(self) -> bool:

@@ -66,8 +66,50 @@ def llm_model_delete(*, model: LlmModel) -> None:
     catalog_invalidate()
 
 
-def model_version_create(*, model: LlmModel, tag: str, source: str = "") -> ModelVersion:
-    return model_version_save(version=ModelVersion(model=model, tag=tag, source=source))
+def model_version_create(
+    *,
+    model: LlmModel,
+    tag: str,
+    source: str = "",
+    tool_call_parser: str = "",
+    reasoning_parser: str = "",
+    chat_template: str = "",
+) -> ModelVersion:
+    version = ModelVersion(
+        model=model,
+        tag=tag,
+        source=source,
+        tool_call_parser=tool_call_parser,
+        reasoning_parser=reasoning_parser,
+        chat_template=chat_template,
+    )
+    return model_version_save(version=version)
+
+
+@transaction.atomic
+def model_version_ensure(
+    *,
+    name: str,
+    tag: str,
+    max_context_tokens: int,
+    kind: str = ModelKind.GENERATE,
+    source: str = "",
+    tool_call_parser: str = "",
+) -> ModelVersion:
+    """Create a model and its version where they are missing (a local setup's seed); give an
+    existing version `tool_call_parser` only where it has none, keeping an operator's choice."""
+    model = LlmModel.objects.filter(name=name).first() or llm_model_create(
+        name=name, max_context_tokens=max_context_tokens, kind=kind
+    )
+    version = ModelVersion.objects.filter(model=model, tag=tag).first()
+    if version is None:
+        return model_version_create(
+            model=model, tag=tag, source=source, tool_call_parser=tool_call_parser
+        )
+    if tool_call_parser and not version.tool_call_parser:
+        version.tool_call_parser = tool_call_parser
+        model_version_save(version=version)
+    return version
 
 
 def model_version_save(*, version: ModelVersion) -> ModelVersion:

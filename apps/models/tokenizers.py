@@ -7,7 +7,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from jinja2 import Template
 from jinja2.exceptions import TemplateError
+from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
@@ -25,12 +27,99 @@ def _strftime_now(fmt: str) -> str:
     return datetime.now(tz=UTC).strftime(fmt)
 
 
+def _tojson(
+    value: Any,
+    ensure_ascii: bool = False,
+    indent: int | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    # transformers' filter, which chat templates are written for: Jinja's own sorts keys and
+    # escapes HTML characters, and would render tools and tool calls unlike the engine.
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
+
+
 def _template_environment() -> ImmutableSandboxedEnvironment:
-    # The same environment options transformers uses to render chat templates.
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    # The same environment transformers renders chat templates in (its `{% generation %}`
+    # extension aside, which only marks the assistant's tokens).
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True, lstrip_blocks=True, extensions=[loopcontrols]
+    )
+    env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     return env
+
+
+def compile_chat_template(template: str) -> Template:
+    """Compile a chat template as the gateway renders it; raise jinja2's TemplateSyntaxError."""
+    return _template_environment().from_string(template)
+
+
+def engine_tools(tools: Sequence[Any]) -> list[Any]:
+    """A chat request's `tools` as vLLM hands them to the template: each tool's `type` and its
+    function's name, description and parameters (null when not given), its `strict` flag when
+    given; other keys dropped (vLLM 0.32's ChatCompletionToolsParam.model_dump)."""
+    shaped: list[Any] = []
+    for tool in tools:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict):
+            shaped.append(tool)  # not a tool: the request's schema check refuses it
+            continue
+        defined = {
+            "name": function.get("name"),
+            "description": function.get("description"),
+            "parameters": function.get("parameters"),
+        }
+        for optional in ("strict", "defer_loading"):
+            if function.get(optional) is not None:
+                defined[optional] = function[optional]
+        if tool.get("defer_loading") is not None and "defer_loading" not in defined:
+            defined["defer_loading"] = tool["defer_loading"]
+        shaped.append({"type": tool.get("type", "function"), "function": defined})
+    return shaped
+
+
+def _engine_tool_calls(tool_calls: Any) -> Any:
+    """An assistant's tool calls as vLLM hands them to the template: each function's
+    `arguments` parsed from its JSON text into an object ({} when empty, not JSON or not an
+    object: vLLM 0.32's chat_utils._postprocess_messages)."""
+    if not isinstance(tool_calls, list):
+        return tool_calls
+    shaped = []
+    for call in tool_calls:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or call.get("type", "function") != "function":
+            raise ChatTemplateError("assistant tool_calls entries must be function calls")
+        arguments = function.get("arguments")
+        if isinstance(arguments, str) and arguments:
+            try:
+                arguments = json.loads(arguments)
+            except ValueError:
+                arguments = None
+        shaped.append(
+            {
+                **call,
+                "function": {
+                    **function,
+                    "arguments": arguments if isinstance(arguments, dict) else {},
+                },
+            }
+        )
+    return shaped
+
+
+def _engine_message(message: dict[str, Any]) -> dict[str, Any]:
+    """A chat message as vLLM renders it: its text, its tool calls' arguments parsed."""
+    shaped = {**message, "content": message_text(message.get("content"))}
+    if message.get("role") == "assistant" and "tool_calls" in message:
+        if message["tool_calls"] is None or message["tool_calls"] == []:
+            shaped.pop("tool_calls")  # vLLM keeps templates on the plain assistant path
+        else:
+            shaped["tool_calls"] = _engine_tool_calls(message["tool_calls"])
+    return shaped
 
 
 def message_text(content: Any) -> str:
@@ -108,9 +197,7 @@ class PromptCounter:
 
     def __init__(self, *, tokenizer_json: str, chat_template: str, bos_token: str, eos_token: str):
         self._tokenizer = Tokenizer.from_str(tokenizer_json)
-        self._template = (
-            _template_environment().from_string(chat_template) if chat_template else None
-        )
+        self._template = compile_chat_template(chat_template) if chat_template else None
         self._bos = bos_token
         self._eos = eos_token
         # One token covers at most this many characters of text (a vocabulary entry is at least
@@ -166,16 +253,19 @@ class PromptCounter:
             counts.append(self.count_text(item) if isinstance(item, str) else len(item))
         return counts
 
-    def render_chat(self, messages: Sequence[dict[str, Any]]) -> str:
-        """Render messages through the chat template, opening the assistant's reply."""
+    def render_chat(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[Any] | None = None
+    ) -> str:
+        """Render messages (and a chat request's `tools`, None when it has none) through the
+        chat template as vLLM does, opening the assistant's reply."""
         if self._template is None:
             raise ChatTemplateError("this model has no chat template; use /v1/completions")
-        plain = [
-            {**message, "content": message_text(message.get("content"))} for message in messages
-        ]
+        plain = [_engine_message(message) for message in messages]
         try:
             return self._template.render(
                 messages=plain,
+                tools=engine_tools(tools) if tools is not None else None,
+                documents=None,
                 add_generation_prompt=True,
                 bos_token=self._bos,
                 eos_token=self._eos,
@@ -188,10 +278,14 @@ class PromptCounter:
             # JSON) is the request's fault, a 400, as vLLM answers it.
             raise ChatTemplateError(f"{exc.__class__.__name__}: {exc}") from exc
 
-    def count_chat(self, messages: Sequence[dict[str, Any]]) -> int:
+    def count_chat(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[Any] | None = None
+    ) -> int:
         """Return the prompt token count of a chat request."""
-        return self.count_text(self.render_chat(messages))
+        return self.count_text(self.render_chat(messages, tools))
 
-    def chat_ids(self, messages: Sequence[dict[str, Any]]) -> list[int]:
-        """Return the prompt token ids of a chat request."""
-        return self.text_ids(self.render_chat(messages))
+    def chat_ids(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[Any] | None = None
+    ) -> list[int]:
+        """Return the prompt token ids of a chat request (its messages and `tools`)."""
+        return self.text_ids(self.render_chat(messages, tools))

@@ -24,7 +24,7 @@ def replay(editor: StreamEditor, name: str) -> list[dict]:
     for data in recorded(name):
         edited = editor.edit(data)
         if edited is not None:
-            out.append(orjson.loads(edited))
+            out.append(edited)
     return out
 
 
@@ -91,10 +91,10 @@ def test_non_streamed_response_is_masked_and_flagged():
     word = "多少"  # recorded output: "reate多少少 la one"
     assert word in content
     masked_filter = ContentFilter([Term(word, "pii", FilterAction.MASK)])
-    edited, usage, flags, blocked = filter_response(body, masked_filter, endpoint=Endpoint.CHAT)
+    edited, usage, flags, blocked, _ = filter_response(body, masked_filter, endpoint=Endpoint.CHAT)
     assert usage["completion_tokens"] == 6
     assert not blocked and flags == []
-    masked = orjson.loads(edited)["choices"][0]["message"]["content"]
+    masked = edited["choices"][0]["message"]["content"]
     assert word not in masked and masked.startswith("reate") and masked.endswith("少 la one")
 
 
@@ -103,10 +103,10 @@ def test_non_streamed_response_block_and_flag(action):
     body = (FIXTURES / "vllm-chat.json").read_bytes()
     content = orjson.loads(body)["choices"][0]["message"]["content"]
     term = content[2:6]
-    edited, _, flags, blocked = filter_response(
+    edited, _, flags, blocked, _ = filter_response(
         body, ContentFilter([Term(term, "test", action)]), endpoint=Endpoint.CHAT
     )
-    choice = orjson.loads(edited)["choices"][0]
+    choice = edited["choices"][0]
     if action is FilterAction.BLOCK:
         assert blocked and choice["finish_reason"] == "content_filter"
         assert term not in choice["message"]["content"]
@@ -153,8 +153,9 @@ IDENTITY = {"model": "auto", "system_fingerprint": "fp_dmx_v2"}
 def test_a_completion_carries_openai_fields_only_and_the_clients_model_name():
     body = (FIXTURES / "vllm-chat.json").read_bytes()
     assert b"kv_transfer_params" in body and b"prompt_token_ids" in body  # as vLLM sends it
-    edited, usage, _, _ = filter_response(body, NO_TERMS, endpoint=Endpoint.CHAT, identity=IDENTITY)
-    response = orjson.loads(edited)
+    response, usage, _, _, _ = filter_response(
+        body, NO_TERMS, endpoint=Endpoint.CHAT, identity=IDENTITY
+    )
     assert_openai_shape(response, "CreateChatCompletionResponse", holder="message")
     assert (response["model"], response["system_fingerprint"]) == ("auto", "fp_dmx_v2")
     assert response["choices"][0]["message"]["content"] == "reate多少少 la one"
@@ -177,5 +178,5 @@ def test_every_streamed_chunk_carries_openai_fields_only(fixture, endpoint, hold
         assert_openai_shape(chunk, response, holder=holder)
         assert (chunk["model"], chunk["system_fingerprint"]) == ("auto", "fp_dmx_v2")
     assert chunks[-1]["usage"]["completion_tokens"] == editor.usage["completion_tokens"] > 0
-    closing = orjson.loads(editor.usage_chunk())
+    closing = editor.usage_chunk()
     assert (closing["model"], closing["system_fingerprint"]) == ("auto", "fp_dmx_v2")

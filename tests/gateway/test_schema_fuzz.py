@@ -87,11 +87,19 @@ def bound(case) -> None:
         body = dict(case.body)
         if force:
             body["model"] = SERVED_MODEL
-        _cap(body, "max_tokens", MAX_COMPLETION_TOKENS)
-        _cap(body, "max_completion_tokens", MAX_COMPLETION_TOKENS)
-        if body.get("max_tokens") is None and body.get("max_completion_tokens") is None:
+        # Each API's own bound on what is generated (embeddings generate nothing).
+        bounds = (
+            ("max_output_tokens",)
+            if case.path == "/responses"
+            else ()
+            if case.path == "/embeddings"
+            else ("max_tokens", "max_completion_tokens")
+        )
+        for name in bounds:
+            _cap(body, name, MAX_COMPLETION_TOKENS)
+        if bounds and all(body.get(name) is None for name in bounds):
             # Unbounded, the tiny model writes to the end of its context.
-            body["max_tokens"] = MAX_COMPLETION_TOKENS
+            body[bounds[0]] = MAX_COMPLETION_TOKENS
         _cap(body, "n", MAX_SAMPLES)
         _cap(body, "best_of", MAX_SAMPLES)
         case.body = body
@@ -205,6 +213,18 @@ FOUND = [
             "max_tokens": 8,
         },
         id="chat-stream-logit-bias-out-of-vocabulary",
+    ),
+    # An encoding format that is no string (unhashable: the set lookup raised a TypeError).
+    pytest.param(
+        "/embeddings",
+        {"model": SERVED_MODEL, "input": "The quick brown fox", "encoding_format": {}},
+        id="embeddings-encoding-format-an-object",
+    ),
+    # The same for a Responses input message's role.
+    pytest.param(
+        "/responses",
+        {"model": SERVED_MODEL, "input": [{"role": {}, "content": "hi"}], "max_output_tokens": 8},
+        id="responses-input-role-an-object",
     ),
 ]
 

@@ -95,8 +95,8 @@ TOOL_TEMPLATE = (
 
 @pytest.mark.parametrize(
     "tool_calls",
-    [5, [{"function": {"name": "f", "arguments": object}}]],
-    ids=["not-a-list", "arguments-not-json"],
+    [5, ["f"], [{"type": "function", "function": "f"}], [{"type": "custom", "function": {}}]],
+    ids=["not-a-list", "call-not-an-object", "function-not-an-object", "not-a-function"],
 )
 def test_what_a_template_trips_over_in_the_messages_is_the_requests_fault(tool_calls):
     """It used to be a TypeError from inside the template: a 500."""
@@ -109,6 +109,27 @@ def test_what_a_template_trips_over_in_the_messages_is_the_requests_fault(tool_c
     )
     with pytest.raises(ChatTemplateError):
         counter.render_chat([{"role": "assistant", "content": None, "tool_calls": tool_calls}])
+
+
+@pytest.mark.parametrize("arguments", ["", "{not json", "[1, 2]", "7", None, {"a": 1}])
+def test_tool_call_arguments_reach_the_template_as_objects_as_vllm_makes_them(arguments):
+    """vLLM parses each call's arguments into an object, {} for what is none (it does not
+    refuse the turn); templates write them with tojson."""
+    counter = PromptCounter(
+        tokenizer_json=build_tiny_model().joinpath("tokenizer.json").read_text(),
+        chat_template=TOOL_TEMPLATE,
+        bos_token="",
+        eos_token="",
+    )
+    call = {"id": "c1", "type": "function", "function": {"name": "f", "arguments": arguments}}
+    rendered = counter.render_chat([{"role": "assistant", "content": None, "tool_calls": [call]}])
+    assert rendered == ('f{"a": 1}' if arguments == {"a": 1} else "f{}")
+    assert call["function"]["arguments"] == arguments  # the request's body is left as it came
+    # JSON text is parsed, and written back as json.dumps does (what the client spaced or
+    # escaped is not what the engine counts).
+    call["function"]["arguments"] = '{"city":"Zürich","n":1}'
+    rendered = counter.render_chat([{"role": "assistant", "content": "", "tool_calls": [call]}])
+    assert rendered == 'f{"city": "Zürich", "n": 1}'
 
 
 def _counter(tokenizer) -> PromptCounter:

