@@ -163,10 +163,11 @@ def platform(django_db_setup, django_db_blocker) -> Iterator[RunningPlatform]:
         lock.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def embed_worker(platform: RunningPlatform) -> Iterator[stack_module.Worker]:
-    """A worker serving EMBED_MODEL, started on first use (a fourth engine on two cores is too
-    many to keep up for the whole session) and stopped with the session's stack."""
+    """A worker serving EMBED_MODEL, started by the first test of a module that needs it and
+    stopped after that module: a fourth engine kept up on two cores slowed every later
+    end-to-end test (a drain with a 10 s timeout ran out mid-generation)."""
     worker = platform.stack.start_worker(model_name=EMBED_MODEL, node_token=platform.node_token)
     try:
         wait_until_served(platform, EMBED_MODEL, worker)

@@ -37,7 +37,7 @@ def count_prompt(model: ModelEntry, request: CompletionRequest) -> PromptCount:
         except ChatTemplateError as exc:
             raise InvalidRequestError(
                 f"The messages do not fit the model's chat template: {exc}",
-                param="messages",
+                param=request.param,
                 code=GatewayErrorCode.INVALID_VALUE,
             ) from exc
         return PromptCount(len(ids), ids)
@@ -47,6 +47,21 @@ def count_prompt(model: ModelEntry, request: CompletionRequest) -> PromptCount:
         return PromptCount(len(ids), ids)
     counts = counter.count_prompts(prompt)
     return PromptCount(max(counts), total=sum(counts), prompts=len(counts))
+
+
+def estimate_prompt(request: CompletionRequest, chars_per_token: int) -> PromptCount:
+    """A prompt's tokens guessed from its length, for a model without a tokenizer: each prompt
+    of a batch its own (token ids counted as they are)."""
+    prompt = request.prompt if request.endpoint is not Endpoint.CHAT else None
+    if isinstance(prompt, list) and prompt and not all(type(item) is int for item in prompt):
+        counts = [
+            len(item) if isinstance(item, list) else len(item) // chars_per_token + 1
+            for item in prompt
+        ]
+        return PromptCount(max(counts), total=sum(counts), prompts=len(counts))
+    if isinstance(prompt, list):
+        return PromptCount(len(prompt))
+    return PromptCount(_prompt_chars(request) // chars_per_token + 1)
 
 
 def context_limit(model: ModelEntry, kv_pressure: float | None) -> int:

@@ -106,8 +106,10 @@ class StreamEditor:
         self._identity_fields = identity or {}
         self._endpoint = endpoint
         self._include_usage = include_usage
-        # Per choice (its index), and per tool call of a choice ((choice, call) indices).
+        # Per choice (its index), for its reasoning and per tool call of a choice ((choice,
+        # _REASONING) and (choice, call) indices).
         self._scanners: dict[int | tuple[int, int], StreamScanner] = {}
+        self._open_call: dict[int, int] = {}  # each choice's tool call being streamed
         self._final_usage: dict[str, Any] | None = None
         self._choice_usage: dict[int, dict[str, Any]] = {}
         self.blocked: Match | None = None
@@ -184,52 +186,107 @@ class StreamEditor:
         return {**self._identity, "choices": [], "usage": _client_usage(self.usage)}
 
     def _edit_choice(self, choice: dict[str, Any]) -> None:
+        """Screen one choice's delta: its reasoning, its text and each tool call's arguments,
+        each on a scanner of its own (a term split between two of them is no term).
+
+        What a scanner holds back is released before output of another kind follows (reasoning
+        before text, both before a tool call, one call's arguments before the next call's), so
+        that the output keeps the engine's order: the Responses and Messages writers close an
+        item when the next kind starts, and text released after a call would open a second
+        message, arguments a second call."""
         index = choice.get("index", 0)
-        scanner = self._scanner(index)
+        holder = choice.get("delta") if "delta" in choice else choice
+        reasoning = holder.get("reasoning") if self._endpoint is Endpoint.CHAT else None
+        if reasoning:
+            self.first_content = True
+            holder["reasoning"] = self._feed((index, _REASONING), reasoning, choice)
         text = _text_of(choice, self._endpoint)
         if text:
             self.first_content = True
-            safe, block = scanner.feed(text)
-            if block is not None:
-                self.blocked = block
-                choice["finish_reason"] = CONTENT_FILTER
-            _set_text(choice, self._endpoint, safe)
-        for call in _tool_calls(choice):
-            # A tool call's arguments are output too, screened as the text is, each call's
-            # on its own (a term split between two calls' arguments is no term).
+            self._release((index, _REASONING), "reasoning", choice)
+            _set_text(choice, self._endpoint, self._feed(index, text, choice))
+        calls = _tool_calls(choice)
+        if calls:
             self.first_content = True
-            function = call.get("function") or {}
-            arguments = function.get("arguments")
-            if not arguments or self.blocked is not None:
-                continue
-            safe, block = self._scanner((index, call.get("index", 0))).feed(arguments)
-            function["arguments"] = safe
-            if block is not None:
-                self.blocked = block
-                choice["finish_reason"] = CONTENT_FILTER
+            self._release((index, _REASONING), "reasoning", choice)
+            self._release(index, "content", choice)
+            holder["tool_calls"] = self._edit_calls(index, calls, choice)
         if choice.get("finish_reason") and self.blocked is None:
-            held = scanner.flush()
-            if scanner.blocked is not None:
-                self.blocked = scanner.blocked
-                choice["finish_reason"] = CONTENT_FILTER
-            if held:
-                _set_text(choice, self._endpoint, (_text_of(choice, self._endpoint) or "") + held)
-            self._flush_tool_calls(index, choice)
+            self._release((index, _REASONING), "reasoning", choice)
+            self._release(index, "content", choice)
+            current = self._open_call.get(index)
+            if current is not None:
+                held = self._flush((index, current), choice)
+                if held:
+                    _tool_calls_of(holder).append(_arguments(current, held))
 
-    def _flush_tool_calls(self, index: int, choice: dict[str, Any]) -> None:
-        """At a choice's end, send the arguments its tool calls' scanners still hold."""
-        for key, scanner in self._scanners.items():
-            if not isinstance(key, tuple) or key[0] != index or self.blocked is not None:
-                continue
-            held = scanner.flush()
-            if scanner.blocked is not None:
-                self.blocked = scanner.blocked
-                choice["finish_reason"] = CONTENT_FILTER
-            elif held:
-                delta = choice.setdefault("delta", {})
-                delta.setdefault("tool_calls", []).append(
-                    {"index": key[1], "function": {"arguments": held}}
-                )
+    def _feed(self, key: int | tuple[int, int], text: str, choice: dict[str, Any]) -> str:
+        """What of `text` is safe to send now; a blocked term ends the choice."""
+        if self.blocked is not None:
+            return ""
+        safe, block = self._scanner(key).feed(text)
+        if block is not None:
+            self.blocked = block
+            choice["finish_reason"] = CONTENT_FILTER
+        return safe
+
+    def _flush(self, key: int | tuple[int, int], choice: dict[str, Any]) -> str:
+        scanner = self._scanners.get(key)
+        if scanner is None or self.blocked is not None:
+            return ""
+        held = scanner.flush()
+        if scanner.blocked is not None:
+            self.blocked = scanner.blocked
+            choice["finish_reason"] = CONTENT_FILTER
+            return ""
+        return held
+
+    def _release(self, key: int | tuple[int, int], field: str, choice: dict[str, Any]) -> None:
+        """Send what the scanner of `key` holds with this chunk's `field` (text or reasoning)."""
+        held = self._flush(key, choice)
+        if held and field == "content":
+            _set_text(choice, self._endpoint, (_text_of(choice, self._endpoint) or "") + held)
+        elif held:
+            holder = choice.setdefault("delta", {})
+            holder[field] = (holder.get(field) or "") + held
+
+    def _edit_calls(
+        self, index: int, calls: list[dict[str, Any]], choice: dict[str, Any]
+    ) -> list[dict[str, Any]]:
+        """The tool calls to send: arguments screened; none after a blocked term."""
+        sent: list[dict[str, Any]] = []
+        for call in calls:
+            if self.blocked is not None:
+                break
+            number = call.get("index", 0)
+            previous = self._open_call.get(index)
+            if previous is not None and previous != number:
+                held = self._flush((index, previous), choice)
+                if held:
+                    sent.append(_arguments(previous, held))
+            self._open_call[index] = number
+            function = call.get("function") or {}
+            if function.get("arguments"):
+                function["arguments"] = self._feed((index, number), function["arguments"], choice)
+            sent.append(call)
+        return sent
+
+
+# The scanner key of a choice's reasoning: (choice index, _REASONING); tool calls' are
+# (choice index, call index), call indices counting from 0.
+_REASONING = -1
+
+
+def _arguments(number: int, text: str) -> dict[str, Any]:
+    """A tool-call delta that carries arguments only."""
+    return {"index": number, "function": {"arguments": text}}
+
+
+def _tool_calls_of(holder: dict[str, Any]) -> list[dict[str, Any]]:
+    calls = holder.get("tool_calls")
+    if calls is None:
+        calls = holder["tool_calls"] = []
+    return calls
 
 
 def _tool_calls(choice: dict[str, Any]) -> list[dict[str, Any]]:
@@ -271,26 +328,31 @@ def filter_response(
     flags: set[str] = set()
     blocked = False
     for choice in response.get("choices") or ():
+        message = choice.get("message") if endpoint is Endpoint.CHAT else None
+        block = False
+        if message and isinstance(message.get("reasoning"), str):
+            message["reasoning"], found, block = _filtered(content_filter, message["reasoning"])
+            flags.update(found)
         text = _text_of(choice, endpoint)
         if text:
-            edited, found, block = _filtered(content_filter, text)
+            edited, found, text_block = _filtered(content_filter, "" if block else text)
             flags.update(found)
             if edited != text:
                 _set_text(choice, endpoint, edited)
-            blocked |= block
+            block |= text_block
         calls = _tool_calls(choice)
         for call in calls:
             function = call.get("function") or {}
             arguments = function.get("arguments")
             if isinstance(arguments, str) and arguments:
-                function["arguments"], found, block = _filtered(content_filter, arguments)
+                function["arguments"], found, call_block = _filtered(content_filter, arguments)
                 flags.update(found)
-                if block:  # a call with blocked content in its arguments is no call to make
-                    blocked = True
-                    calls.clear()
-                    break
-        if blocked:
+                block |= call_block
+        if block:
+            # A choice with a blocked term ends there: the calls it asked for are not made.
+            calls.clear()
             choice["finish_reason"] = CONTENT_FILTER
+            blocked = True
     return FilteredAnswer(response, usage, sorted(flags), blocked, stop)
 
 

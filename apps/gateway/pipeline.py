@@ -22,11 +22,11 @@ import time
 from django.conf import settings
 
 from apps.gateway.context import (
-    PromptCount,
     check_context,
     check_context_bound,
     context_limit,
     count_prompt,
+    estimate_prompt,
     reservation,
 )
 from apps.gateway.errors import GatewayErrorCode
@@ -203,7 +203,7 @@ async def admit(state: CompletionState, runtime: GatewayRuntime) -> None:
     """Reserve the prompt and the completion it may take against the key's limits."""
     request, count = state.request, state.prompt_count
     if count is None or count.tokens is None:
-        count = PromptCount(len(intent_text(request)) // CHARS_PER_TOKEN + 1)
+        count = estimate_prompt(request, CHARS_PER_TOKEN)
     state.reserved = reservation(request, count, state.context_limit)
     state.admission = await runtime.gate.admit(
         state.key,

@@ -50,7 +50,7 @@ class Endpoint(StrEnum):
 
     @property
     def path(self) -> str:
-        """Where the gateway serves it, and where vLLM does."""
+        """Where the gateway serves it (and vLLM, for the engine's own APIs)."""
         return "/v1/" + self.value.replace(".", "/")
 
 
@@ -73,9 +73,8 @@ class CompletionRequest:
     # The client's name for the prompt's field, for errors about it ("input" for a Responses
     # request the engine gets as chat "messages"); empty: the payload's own.
     client_prompt_param: str = ""
-    # What the client's API repeats of its request in the answer (a Responses object's
-    # settings: apps.gateway.dialects.responses).
-    echo: dict[str, Any] = field(default_factory=dict)
+    # The request's settings a Responses object repeats (apps.gateway.dialects.responses).
+    response_settings: dict[str, Any] = field(default_factory=dict)
 
     @property
     def prompt_param(self) -> str:
@@ -92,7 +91,10 @@ class CompletionRequest:
         return self.payload[self.prompt_param]
 
 
-def _invalid(message: str, param: str | None, code: GatewayErrorCode) -> InvalidRequestError:
+def invalid(
+    message: str, param: str | None, code: GatewayErrorCode = GatewayErrorCode.INVALID_VALUE
+) -> InvalidRequestError:
+    """A 400 naming the parameter at fault."""
     return InvalidRequestError(message, param=param, code=code)
 
 
@@ -101,18 +103,18 @@ def parse_json(body: bytes) -> dict[str, Any]:
     try:
         data = orjson.loads(body)
     except orjson.JSONDecodeError:
-        raise _invalid(
+        raise invalid(
             "We could not parse the JSON body of your request. The body must be valid JSON.",
             None,
             GatewayErrorCode.INVALID_JSON,
         ) from None
     if not isinstance(data, dict):
-        raise _invalid(
+        raise invalid(
             "The request body must be a JSON object.", None, GatewayErrorCode.INVALID_TYPE
         )
     # Nesting needs brackets: a body with few of them (nearly all) is not walked at all.
     if body.count(b"[") + body.count(b"{") > MAX_JSON_DEPTH and _deeper_than(data, MAX_JSON_DEPTH):
-        raise _invalid(
+        raise invalid(
             f"The JSON body is nested deeper than {MAX_JSON_DEPTH} levels.",
             None,
             GatewayErrorCode.INVALID_JSON,
@@ -139,10 +141,10 @@ def _optional_int(
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _invalid(f"'{name}' must be an integer.", name, GatewayErrorCode.INVALID_TYPE)
+        raise invalid(f"'{name}' must be an integer.", name, GatewayErrorCode.INVALID_TYPE)
     if value < minimum or (maximum is not None and value > maximum):
         bound = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
-        raise _invalid(
+        raise invalid(
             f"'{name}' must be {bound}, got {value}.", name, GatewayErrorCode.INVALID_VALUE
         )
     return value
@@ -153,9 +155,9 @@ def _optional_number(data: dict[str, Any], name: str, minimum: float, maximum: f
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int | float):
-        raise _invalid(f"'{name}' must be a number.", name, GatewayErrorCode.INVALID_TYPE)
+        raise invalid(f"'{name}' must be a number.", name, GatewayErrorCode.INVALID_TYPE)
     if not minimum <= value <= maximum:
-        raise _invalid(
+        raise invalid(
             f"'{name}' must be between {minimum} and {maximum}, got {value}.",
             name,
             GatewayErrorCode.INVALID_VALUE,
@@ -164,18 +166,18 @@ def _optional_number(data: dict[str, Any], name: str, minimum: float, maximum: f
 
 def _check_messages(messages: Any) -> None:
     if messages is None:
-        raise _invalid("'messages' is required.", "messages", GatewayErrorCode.MISSING_PARAMETER)
+        raise invalid("'messages' is required.", "messages", GatewayErrorCode.MISSING_PARAMETER)
     if not isinstance(messages, list) or not messages:
-        raise _invalid(
+        raise invalid(
             "'messages' must be a non-empty array.", "messages", GatewayErrorCode.INVALID_TYPE
         )
     for index, message in enumerate(messages):
         param = f"messages[{index}]"
         if not isinstance(message, dict):
-            raise _invalid(f"'{param}' must be an object.", param, GatewayErrorCode.INVALID_TYPE)
+            raise invalid(f"'{param}' must be an object.", param, GatewayErrorCode.INVALID_TYPE)
         role = message.get("role")
         if not isinstance(role, str) or role not in CHAT_ROLES:
-            raise _invalid(
+            raise invalid(
                 f"'{param}.role' must be one of {', '.join(sorted(CHAT_ROLES))}.",
                 f"{param}.role",
                 GatewayErrorCode.INVALID_VALUE,
@@ -184,7 +186,7 @@ def _check_messages(messages: Any) -> None:
         if tool_calls is not None and not (
             isinstance(tool_calls, list) and all(isinstance(call, dict) for call in tool_calls)
         ):
-            raise _invalid(
+            raise invalid(
                 f"'{param}.tool_calls' must be an array of objects.",
                 f"{param}.tool_calls",
                 GatewayErrorCode.INVALID_TYPE,
@@ -196,7 +198,7 @@ def _check_messages(messages: Any) -> None:
         if isinstance(content, list):
             _check_content_parts(content, f"{param}.content")
         elif not isinstance(content, str):
-            raise _invalid(
+            raise invalid(
                 f"'{param}.content' must be a string or an array of content parts.",
                 f"{param}.content",
                 GatewayErrorCode.INVALID_TYPE,
@@ -209,20 +211,20 @@ def _check_content_parts(parts: list[Any], param: str) -> None:
     for index, part in enumerate(parts):
         where = f"{param}[{index}]"
         if not isinstance(part, dict) or not isinstance(part.get("type"), str):
-            raise _invalid(
+            raise invalid(
                 f"'{where}' must be an object with a string 'type'.",
                 where,
                 GatewayErrorCode.INVALID_TYPE,
             )
         if (part["type"] == "text" or "text" in part) and not isinstance(part.get("text"), str):
-            raise _invalid(
+            raise invalid(
                 f"'{where}.text' must be a string.", f"{where}.text", GatewayErrorCode.INVALID_TYPE
             )
 
 
 def _check_prompt(prompt: Any, name: str = "prompt") -> None:
     if prompt is None:
-        raise _invalid(f"'{name}' is required.", name, GatewayErrorCode.MISSING_PARAMETER)
+        raise invalid(f"'{name}' is required.", name, GatewayErrorCode.MISSING_PARAMETER)
     if isinstance(prompt, str):
         return
     valid = (
@@ -235,7 +237,7 @@ def _check_prompt(prompt: Any, name: str = "prompt") -> None:
         )
     )
     if not valid:
-        raise _invalid(
+        raise invalid(
             f"'{name}' must be a string, an array of strings, an array of token ids, "
             "or an array of token-id arrays.",
             name,
@@ -252,22 +254,22 @@ def _refuse_unhonoured(data: dict[str, Any]) -> None:
     """Refuse, naming it, a field of OpenAI's API that would be accepted and ignored."""
     for name, message in _REFUSED_FIELDS.items():
         if data.get(name) is not None:
-            raise _invalid(message, name, GatewayErrorCode.UNSUPPORTED_PARAMETER)
+            raise invalid(message, name, GatewayErrorCode.UNSUPPORTED_PARAMETER)
     if data.get("store"):
-        raise _invalid(
+        raise invalid(
             "Stored completions ('store': true) are not supported.",
             "store",
             GatewayErrorCode.UNSUPPORTED_VALUE,
         )
     if data.get("metadata"):
-        raise _invalid(
+        raise invalid(
             "'metadata' is kept only with stored completions, which are not supported.",
             "metadata",
             GatewayErrorCode.UNSUPPORTED_PARAMETER,
         )
     tier = data.get("service_tier")
     if tier is not None and not (isinstance(tier, str) and tier in _DEFAULT_SERVICE_TIERS):
-        raise _invalid(
+        raise invalid(
             "'service_tier' may only be 'auto' or 'default': a request's priority comes from "
             "its API key.",
             "service_tier",
@@ -275,7 +277,7 @@ def _refuse_unhonoured(data: dict[str, Any]) -> None:
         )
     modalities = data.get("modalities")
     if modalities is not None and modalities != ["text"]:
-        raise _invalid(
+        raise invalid(
             "Only text output is supported: 'modalities' must be [\"text\"].",
             "modalities",
             GatewayErrorCode.UNSUPPORTED_VALUE,
@@ -285,11 +287,9 @@ def _refuse_unhonoured(data: dict[str, Any]) -> None:
 def check_model(data: dict[str, Any]) -> str:
     model = data.get("model")
     if model is None:
-        raise _invalid("'model' is required.", "model", GatewayErrorCode.MISSING_PARAMETER)
+        raise invalid("'model' is required.", "model", GatewayErrorCode.MISSING_PARAMETER)
     if not isinstance(model, str) or not model:
-        raise _invalid(
-            "'model' must be a non-empty string.", "model", GatewayErrorCode.INVALID_TYPE
-        )
+        raise invalid("'model' must be a non-empty string.", "model", GatewayErrorCode.INVALID_TYPE)
     return model
 
 
@@ -304,18 +304,18 @@ def validate_embeddings(data: dict[str, Any]) -> CompletionRequest:
     inputs = data.get("input")
     _check_prompt(inputs, "input")
     if inputs == "" or (isinstance(inputs, list) and any(item in ("", []) for item in inputs)):
-        raise _invalid(
+        raise invalid(
             "'input' must not contain empty strings.", "input", GatewayErrorCode.INVALID_VALUE
         )
     if isinstance(inputs, list) and len(inputs) > MAX_EMBEDDING_INPUTS and not _token_ids(inputs):
-        raise _invalid(
+        raise invalid(
             f"'input' may hold at most {MAX_EMBEDDING_INPUTS} inputs, got {len(inputs)}.",
             "input",
             GatewayErrorCode.INVALID_VALUE,
         )
     encoding = data.get("encoding_format")
     if encoding is not None and not (isinstance(encoding, str) and encoding in _ENCODING_FORMATS):
-        raise _invalid(
+        raise invalid(
             "'encoding_format' must be 'float' or 'base64'.",
             "encoding_format",
             GatewayErrorCode.INVALID_VALUE,
@@ -348,18 +348,18 @@ def validate_completion(endpoint: Endpoint, data: dict[str, Any]) -> CompletionR
     if stream is None:
         stream = False
     if not isinstance(stream, bool):
-        raise _invalid("'stream' must be a boolean.", "stream", GatewayErrorCode.INVALID_TYPE)
+        raise invalid("'stream' must be a boolean.", "stream", GatewayErrorCode.INVALID_TYPE)
     options = data.get("stream_options")
     include_usage = False
     if options is not None:
         if not stream:
-            raise _invalid(
+            raise invalid(
                 "'stream_options' is only allowed when 'stream' is true.",
                 "stream_options",
                 GatewayErrorCode.INVALID_VALUE,
             )
         if not isinstance(options, dict):
-            raise _invalid(
+            raise invalid(
                 "'stream_options' must be an object.",
                 "stream_options",
                 GatewayErrorCode.INVALID_TYPE,

@@ -26,6 +26,7 @@ from apps.keys import selectors, services
 from apps.keys.api.auth import SESSION_TENANT
 from apps.keys.choices import MemberRole
 from apps.keys.models import KEY_PREFIX, ApiKey
+from apps.models.choices import ModelKind
 from apps.models.selectors import llm_models_active
 from apps.portal.forms import (
     InviteForm,
@@ -414,16 +415,23 @@ def docs(request: HttpRequest) -> HttpResponse:
     tenant = request.membership.tenant
     models = list(llm_models_active())
     key = selectors.api_keys_of(tenant=tenant).filter(revoked_at__isnull=True).first()
-    if key is not None and key.allowed_models:
-        example_model = key.allowed_models[0]
-    else:
-        example_model = models[0].name if models else "MODEL"
+    allowed = key.allowed_models if key is not None else []
+    usable = [m.name for m in models if not allowed or m.name in allowed]
+    kinds = {m.name: m.kind for m in models}
+
+    def example(kind: str) -> str | None:
+        return next((name for name in usable if kinds[name] == kind), None)
+
+    base_url = _api_base_url(request)
     context = {
-        "base_url": _api_base_url(request),
+        "base_url": base_url,
+        # Anthropic's clients add /v1/messages to their base URL themselves.
+        "anthropic_base_url": base_url.removesuffix("/v1"),
         "models": models,
         "key": key,
         "key_hint": f"{KEY_PREFIX}{key.key_id}_..." if key else f"{KEY_PREFIX}...",
-        "example_model": example_model,
+        "example_model": example(ModelKind.GENERATE) or "MODEL",
+        "example_embed_model": example(ModelKind.EMBED),
     }
     return render(request, "portal/docs.html", context)
 
@@ -440,7 +448,8 @@ def playground(request: HttpRequest) -> HttpResponse:
     )
     context = {
         "keys": keys,
-        "models": list(llm_models_active()),
+        # Chat only: an embedding model answers no chat (400 unsupported_model).
+        "models": list(llm_models_active().filter(kind=ModelKind.GENERATE)),
         # The script offers a key's own models only; an empty list allows them all.
         "key_models": {key.key_id: list(key.allowed_models or ()) for key in keys},
     }

@@ -89,3 +89,14 @@ def test_the_bound_reads_the_longest_prompt_of_a_batch():
         check_context_bound(model, batch, 100)
     ids = validate_completion(Endpoint.COMPLETIONS, {"model": "m", "prompt": list(range(99))})
     check_context_bound(model, ids, 100)
+
+
+def test_without_a_tokenizer_a_batch_is_estimated_prompt_by_prompt():
+    from apps.gateway.context import estimate_prompt
+    from apps.gateway.schemas import validate_embeddings
+
+    request = validate_embeddings({"model": "m", "input": ["a" * 400, "b" * 40, "c"]})
+    count = estimate_prompt(request, 4)
+    assert (count.tokens, count.total, count.prompts) == (101, 101 + 11 + 1, 3)
+    ids = validate_embeddings({"model": "m", "input": [[1, 2, 3], [4]]})
+    assert estimate_prompt(ids, 4).total == 4

@@ -447,3 +447,167 @@ def test_masked_terms_in_tool_call_arguments_are_masked_whole():
     )
     arguments = filtered.response["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"]
     assert "secret" not in arguments and orjson.loads(arguments)["a"]
+
+
+def _chunk(delta: dict, finish: str | None = None) -> bytes:
+    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+    return orjson.dumps({"id": "c", "object": "chat.completion.chunk", "choices": [choice]})
+
+
+def _call(number: int, arguments: str, name: str | None = None) -> dict:
+    call = {"index": number, "function": {"arguments": arguments}}
+    if name:
+        call.update(id=f"call_{number}", type="function")
+        call["function"]["name"] = name
+    return call
+
+
+HELD_BACK = [  # text and arguments that end where a filtered term could begin
+    _chunk({"role": "assistant", "content": "Let me check the wea"}),
+    _chunk({"tool_calls": [_call(0, '{"q": "bo', "search")]}),
+    _chunk({"tool_calls": [_call(1, '{"q": "rain"}', "search")]}),
+    _chunk({}, "tool_calls"),
+]
+TERMS = ContentFilter(
+    [Term("weapon", "t", FilterAction.BLOCK), Term("bomb", "t", FilterAction.BLOCK)]
+)
+
+
+def test_what_the_filter_holds_back_keeps_its_place_among_items():
+    body = {"model": "m", "input": "x", "stream": True, "tools": [
+        {"type": "function", "name": "search", "parameters": {}}]}  # fmt: skip
+    events = stream(Endpoint.RESPONSES, body, HELD_BACK, TERMS)
+    output = events[-1][1]["response"]["output"]
+    assert [(item["type"], item.get("name")) for item in output] == [
+        ("message", None),
+        ("function_call", "search"),
+        ("function_call", "search"),
+    ]
+    assert output[0]["content"][0]["text"] == "Let me check the wea"
+    assert [item["arguments"] for item in output[1:]] == ['{"q": "bo', '{"q": "rain"}']
+    body = {"model": "m", "max_tokens": 9, "messages": [{"role": "user", "content": "x"}],
+            "stream": True}  # fmt: skip
+    events = stream(Endpoint.MESSAGES, body, HELD_BACK, TERMS)
+    starts = [d["content_block"] for k, d in events if k == "content_block_start"]
+    assert [(b["type"], b.get("name")) for b in starts] == [
+        ("text", None),
+        ("tool_use", "search"),
+        ("tool_use", "search"),
+    ]
+
+
+def test_no_tool_call_after_a_blocked_term_leaves():
+    editor = StreamEditor(TERMS, endpoint=Endpoint.CHAT, include_usage=False)
+    chunk = editor.edit(
+        _chunk({"tool_calls": [_call(0, '{"x": "bomb"}', "f"), _call(1, '{"y": "bomb"}', "f")]})
+    )
+    assert editor.blocked is not None
+    assert "bomb" not in orjson.dumps(chunk).decode()
+
+
+def test_reasoning_is_screened_too():
+    editor = StreamEditor(TERMS, endpoint=Endpoint.CHAT, include_usage=False)
+    chunk = editor.edit(_chunk({"reasoning": "how to make a bomb, then"}))
+    assert editor.blocked is not None and "bomb" not in (chunk["choices"][0]["delta"]["reasoning"])
+
+
+def test_a_blocked_choice_does_not_end_the_others():
+    body = orjson.loads((FIXTURES / "vllm-chat.json").read_bytes())
+    clean = {**body["choices"][0], "index": 1, "message": {"role": "assistant", "content": "fine"}}
+    body["choices"][0]["message"]["content"] = "a bomb"
+    body["choices"].append(clean)
+    filtered = filter_response(orjson.dumps(body), TERMS, endpoint=Endpoint.CHAT)
+    reasons = [choice["finish_reason"] for choice in filtered.response["choices"]]
+    assert reasons[0] == "content_filter" and reasons[1] != "content_filter"
+
+
+def test_an_engine_error_mid_stream_fails_the_response_and_ends_the_message():
+    from dmxplatform.errors import UpstreamError
+
+    failure = UpstreamError("The model server failed.")
+    for endpoint, body, closing in (
+        (Endpoint.RESPONSES, {"model": "m", "input": "x", "stream": True}, "response.failed"),
+        (
+            Endpoint.MESSAGES,
+            {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": "x"}]},
+            "error",
+        ),
+    ):
+        answer = answer_for(endpoint, body)
+        editor = StreamEditor(NO_TERMS, endpoint=Endpoint.CHAT, include_usage=True)
+        writer = dialect_for(endpoint).writer(answer, editor)
+        for data in recorded("vllm-chat-stream-continuous.sse")[:3]:
+            writer.chunk(editor.edit(data))
+        out = writer.error(failure) + writer.end(cut=False)  # vLLM's [DONE] follows its error
+        kinds = [block.split(b"\n")[0].removeprefix(b"event: ") for block in out.split(b"\n\n")]
+        assert kinds[-2].decode() == closing, kinds  # nothing after it but the stream's end
+        if endpoint is Endpoint.RESPONSES:
+            failed = orjson.loads(out.split(b"\n\n")[-2].split(b"\n")[1][6:])
+            assert failed["response"]["status"] == "failed"
+            assert not event_problems(failed), event_problems(failed)
+
+
+def test_anthropic_input_tokens_leave_out_cache_reads():
+    body = orjson.loads((FIXTURES / "vllm-chat.json").read_bytes())
+    body["usage"]["prompt_tokens_details"] = {"cached_tokens": 16}
+    filtered = filter_response(orjson.dumps(body), NO_TERMS, endpoint=Endpoint.CHAT)
+    answer = answer_for(
+        Endpoint.MESSAGES,
+        {"model": "m", "max_tokens": 6, "messages": [{"role": "user", "content": "x"}]},
+    )
+    usage = dialect_for(Endpoint.MESSAGES).answer(filtered.response, answer, None)["usage"]
+    prompt = body["usage"]["prompt_tokens"]
+    assert (usage["input_tokens"], usage["cache_read_input_tokens"]) == (prompt - 16, 16)
+
+
+def test_an_assistant_turn_and_its_calls_stay_one_message():
+    request = parse(
+        Endpoint.RESPONSES,
+        {
+            "model": "m",
+            "input": [
+                {"role": "user", "content": "Weather?"},
+                {"role": "assistant", "content": "Let me look."},
+                {"type": "function_call", "call_id": "c1", "name": "w", "arguments": "{}"},
+            ],
+        },
+    )
+    assistant = request.payload["messages"][-1]
+    assert assistant["content"] == "Let me look." and assistant["tool_calls"][0]["id"] == "c1"
+
+
+def test_tool_results_carry_errors_and_refuse_images():
+    def messages(result: dict) -> dict:
+        block = {"type": "tool_result", "tool_use_id": "t", **result}
+        return {"model": "m", "max_tokens": 5, "messages": [{"role": "user", "content": [block]}]}
+
+    request = parse(Endpoint.MESSAGES, messages({"content": "no such city", "is_error": True}))
+    assert request.payload["messages"][0]["content"] == "Error: no such city"
+    with pytest.raises(InvalidRequestError) as raised:
+        parse(Endpoint.MESSAGES, messages({"content": [{"type": "image", "source": {}}]}))
+    assert raised.value.param == "messages.0.content.0.content"
+
+
+ASK = {"max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}
+IMAGE = {"type": "image", "source": "abc"}
+NO_SCHEMA = {"format": {"type": "json_schema", "name": "a"}}
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "body", "param"),
+    [
+        (
+            Endpoint.MESSAGES,
+            {**ASK, "messages": [{"role": "user", "content": [IMAGE]}]},
+            "messages.0.content.0.source",
+        ),
+        (Endpoint.MESSAGES, {**ASK, "metadata": [1]}, "metadata"),
+        (Endpoint.MESSAGES, {**ASK, "temperature": 1.5}, "temperature"),
+        (Endpoint.RESPONSES, {"input": "x", "text": NO_SCHEMA}, "text.format.schema"),
+        (Endpoint.RESPONSES, {"input": "x", "logprobs": True}, "logprobs"),
+    ],
+)
+def test_more_of_what_is_refused_by_name(endpoint, body, param):
+    with pytest.raises(InvalidRequestError) as raised:
+        parse(endpoint, {"model": "m", **body})
+    assert raised.value.param == param

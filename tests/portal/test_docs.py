@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.urls import reverse
 
+from apps.models.choices import ModelKind
 from apps.models.models import LlmModel
 from tests.keys.factories import make_api_key
 from tests.models.factories import make_model
@@ -33,6 +34,29 @@ def test_the_docs_name_the_base_url_models_and_key(owner, settings):
     # The example names a model the key may use.
     assert 'model="docs-model-b"' in python
     assert secret.partition("_")[2] not in html
+    # Anthropic's client takes the base URL without /v1 (it adds /v1/messages itself).
+    anthropic = html[html.index('id="example-anthropic"') :]
+    assert 'base_url="http://testserver"' in anthropic and 'model="docs-model-b"' in anthropic
+    endpoints = table(html, "endpoints-table")
+    for path in ("/v1/chat/completions", "/v1/responses", "/v1/messages", "/v1/embeddings"):
+        assert f"<code>POST {path}</code>" in endpoints
+
+
+def test_examples_name_a_model_of_the_right_kind(owner):
+    """An embedding model is never the chat example, and gets an embeddings example of its own."""
+    make_model("docs-embed", kind=ModelKind.EMBED)
+    make_model("docs-chat")
+    make_api_key(owner.tenant)
+
+    html = owner.client.get(reverse("portal:docs")).content.decode()
+
+    models = table(html, "models-table")
+    assert "<code>docs-embed</code>" in models and "<td>embeddings</td>" in models
+    curl = html[
+        html.index('id="example-curl"') : html.index("</pre>", html.index('id="example-curl"'))
+    ]
+    assert '"model": "docs-chat", "messages"' in curl
+    assert '"model": "docs-embed", "input"' in curl
 
 
 def test_the_public_url_operators_set_wins(owner, settings):

@@ -20,6 +20,7 @@ from websockets.sync.client import ClientConnection, connect
 from apps.keys.choices import MemberRole
 from apps.keys.models import ApiKey, UsageRecord
 from apps.keys.services import api_key_revoke
+from apps.models.choices import ModelKind
 from tests.keys.factories import make_api_key, make_member, make_tenant, make_user
 from tests.models.factories import make_model
 from tests.stack import wait_for
@@ -40,6 +41,7 @@ class Member:
 def test_the_page_offers_the_tenants_live_keys_each_with_its_models(client):
     make_model(MODEL)
     make_model("dmx-other")
+    make_model("dmx-embedder", kind=ModelKind.EMBED)  # answers no chat: not offered
     tenant = make_tenant()
     user = make_user()
     make_member(tenant, user)
@@ -59,6 +61,7 @@ def test_the_page_offers_the_tenants_live_keys_each_with_its_models(client):
     assert response.context["key_models"] == {unrestricted.key_id: [], restricted.key_id: [MODEL]}
     names = [model.name for model in response.context["models"]]  # e2e seeds may add more
     assert {"dmx-other", MODEL} <= set(names) and names == sorted(names)
+    assert "dmx-embedder" not in names
     assert b'id="pg-key-models"' in response.content
 
 

@@ -7,7 +7,9 @@ their deltas, message_delta with the stop reason and usage, message_stop); error
 Anthropic's shape (`{"type": "error", "error": {"type", "message"}}`).
 
 Server tools (web search, code execution…), documents, MCP servers and thinking budgets are
-refused with a 400 naming the parameter.
+refused with a 400 naming the parameter. `thinking: {"type": "disabled"}` is accepted and asks
+nothing: whether a model thinks is its chat template's (a reasoning parser only separates the
+thinking it writes).
 """
 
 from __future__ import annotations
@@ -19,8 +21,14 @@ import orjson
 from apps.gateway.dialects.base import Answer, named_event
 from apps.gateway.errors import GatewayErrorCode
 from apps.gateway.outputs import CONTENT_FILTER, StreamEditor
-from apps.gateway.schemas import CompletionRequest, Endpoint, check_model, validate_completion
-from dmxplatform.errors import ApplicationError, InvalidRequestError
+from apps.gateway.schemas import (
+    CompletionRequest,
+    Endpoint,
+    check_model,
+    invalid,
+    validate_completion,
+)
+from dmxplatform.errors import ApplicationError
 
 _REFUSED = {
     "container": "Containers ('container') are not supported.",
@@ -52,12 +60,6 @@ _OWN_FIELDS = frozenset(
 _STOP_REASONS = {"length": "max_tokens", "tool_calls": "tool_use", CONTENT_FILTER: "refusal"}
 
 
-def _invalid(
-    message: str, param: str | None, code=GatewayErrorCode.INVALID_VALUE
-) -> InvalidRequestError:
-    return InvalidRequestError(message, param=param, code=code)
-
-
 class MessagesDialect:
     endpoint = Endpoint.MESSAGES
 
@@ -65,46 +67,52 @@ class MessagesDialect:
         model = check_model(data)
         for name, message in _REFUSED.items():
             if data.get(name):
-                raise _invalid(message, name, GatewayErrorCode.UNSUPPORTED_PARAMETER)
+                raise invalid(message, name, GatewayErrorCode.UNSUPPORTED_PARAMETER)
         if data.get("max_tokens") is None:
-            raise _invalid(
+            raise invalid(
                 "max_tokens: Field required", "max_tokens", GatewayErrorCode.MISSING_PARAMETER
             )
         thinking = data.get("thinking")
         if thinking is not None and not (
             isinstance(thinking, dict) and thinking.get("type") == "disabled"
         ):
-            raise _invalid(
+            raise invalid(
                 "Thinking budgets ('thinking') are not supported: a model with a reasoning "
                 "parser thinks by default, and its thinking comes back as thinking blocks.",
                 "thinking",
                 GatewayErrorCode.UNSUPPORTED_PARAMETER,
             )
         if data.get("n") not in (None, 1):
-            raise _invalid("n: Messages give one answer per request", "n")
+            raise invalid("n: Messages give one answer per request", "n")
         chat = {name: value for name, value in data.items() if name not in _OWN_FIELDS}
         chat.update(
             model=model,
             messages=[*_system(data.get("system")), *_messages(data.get("messages"))],
             max_tokens=data["max_tokens"],
         )
+        temperature = data.get("temperature")
+        if temperature is not None and not (
+            isinstance(temperature, int | float)
+            and not isinstance(temperature, bool)
+            and 0 <= temperature <= 1
+        ):
+            raise invalid("temperature: must be a number between 0 and 1", "temperature")
         for name in ("temperature", "top_p", "top_k"):
             if data.get(name) is not None:
                 chat[name] = data[name]
         stops = data.get("stop_sequences")
         if stops is not None:
             if not (isinstance(stops, list) and all(isinstance(s, str) for s in stops)):
-                raise _invalid(
+                raise invalid(
                     "stop_sequences: must be an array of strings",
                     "stop_sequences",
                     GatewayErrorCode.INVALID_TYPE,
                 )
             chat["stop"] = stops
-        user = (
-            (data.get("metadata") or {}).get("user_id")
-            if isinstance(data.get("metadata"), dict)
-            else None
-        )
+        metadata = data.get("metadata") or {}
+        if not isinstance(metadata, dict):
+            raise invalid("metadata: must be an object", "metadata", GatewayErrorCode.INVALID_TYPE)
+        user = metadata.get("user_id")
         if isinstance(user, str):
             chat["user"] = user
         if data.get("tools"):
@@ -113,13 +121,11 @@ class MessagesDialect:
             _tool_choice(data["tool_choice"], chat)
         stream = data.get("stream")
         if stream is not None and not isinstance(stream, bool):
-            raise _invalid("stream: must be a boolean", "stream", GatewayErrorCode.INVALID_TYPE)
+            raise invalid("stream: must be a boolean", "stream", GatewayErrorCode.INVALID_TYPE)
         if stream:
             chat["stream"] = True
             chat["stream_options"] = {"include_usage": True}
-        request = validate_completion(Endpoint.CHAT, chat)
-        request.include_usage = bool(stream)
-        return request
+        return validate_completion(Endpoint.CHAT, chat)
 
     def error_body(self, error: ApplicationError) -> bytes:
         return orjson.dumps(_error(error))
@@ -173,7 +179,7 @@ def _system(system: Any) -> list[dict[str, Any]]:
         for b in system
     ):
         return [{"role": "system", "content": "\n\n".join(b["text"] for b in system)}]
-    raise _invalid(
+    raise invalid(
         "system: must be a string or an array of text blocks",
         "system",
         GatewayErrorCode.INVALID_TYPE,
@@ -182,21 +188,21 @@ def _system(system: Any) -> list[dict[str, Any]]:
 
 def _messages(messages: Any) -> list[dict[str, Any]]:
     if not isinstance(messages, list) or not messages:
-        raise _invalid(
+        raise invalid(
             "messages: must be a non-empty array", "messages", GatewayErrorCode.INVALID_TYPE
         )
     converted: list[dict[str, Any]] = []
     for index, message in enumerate(messages):
         param = f"messages.{index}"
         if not isinstance(message, dict) or message.get("role") not in ("user", "assistant"):
-            raise _invalid(f"{param}.role: must be 'user' or 'assistant'", f"{param}.role")
+            raise invalid(f"{param}.role: must be 'user' or 'assistant'", f"{param}.role")
         role, content = message["role"], message.get("content")
         if isinstance(content, str):
             converted.append({"role": role, "content": content})
         elif isinstance(content, list):
             converted += _blocks(role, content, f"{param}.content")
         else:
-            raise _invalid(
+            raise invalid(
                 f"{param}.content: must be a string or an array of blocks",
                 f"{param}.content",
                 GatewayErrorCode.INVALID_TYPE,
@@ -227,24 +233,20 @@ def _blocks(role: str, blocks: list[Any], param: str) -> list[dict[str, Any]]:
                 }
             )
         elif kind == "tool_result" and role == "user":
-            result = block.get("content")
-            if isinstance(result, list):
-                result = "".join(
-                    b.get("text", "")
-                    for b in result
-                    if isinstance(b, dict) and b.get("type") == "text"
-                )
+            result = _tool_result(block.get("content"), where)
+            if block.get("is_error"):  # a tool message has no flag for it: the text says so
+                result = f"Error: {result}"
             tool_messages.append(
                 {
                     "role": "tool",
                     "tool_call_id": str(block.get("tool_use_id", "")),
-                    "content": result if isinstance(result, str) else "",
+                    "content": result,
                 }
             )
         elif kind in ("thinking", "redacted_thinking") and role == "assistant":
             continue  # earlier thinking: chat templates drop it from past turns
         else:
-            raise _invalid(
+            raise invalid(
                 f"{where}: blocks of type {kind!r} are not supported in a {role} turn",
                 f"{where}.type",
                 GatewayErrorCode.UNSUPPORTED_VALUE,
@@ -258,13 +260,31 @@ def _blocks(role: str, blocks: list[Any], param: str) -> list[dict[str, Any]]:
     return out
 
 
+def _tool_result(content: Any, where: str) -> str:
+    """A tool result's content as the tool message's text (text blocks only: a chat tool
+    message carries no images)."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    if isinstance(content, list) and all(
+        isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)
+        for b in content
+    ):
+        return "".join(b["text"] for b in content)
+    raise invalid(
+        f"{where}.content: a tool result must be a string or text blocks",
+        f"{where}.content",
+        GatewayErrorCode.UNSUPPORTED_VALUE,
+    )
+
+
 def _image_url(block: dict[str, Any], where: str) -> str:
-    source = block.get("source") or {}
+    source = block.get("source")
+    source = source if isinstance(source, dict) else {}
     if source.get("type") == "base64" and isinstance(source.get("data"), str):
         return f"data:{source.get('media_type', 'image/png')};base64,{source['data']}"
     if source.get("type") == "url" and isinstance(source.get("url"), str):
         return source["url"]
-    raise _invalid(
+    raise invalid(
         f"{where}.source: must be a base64 or url image source",
         f"{where}.source",
         GatewayErrorCode.UNSUPPORTED_VALUE,
@@ -273,20 +293,20 @@ def _image_url(block: dict[str, Any], where: str) -> str:
 
 def _tools(tools: Any) -> list[dict[str, Any]]:
     if not isinstance(tools, list):
-        raise _invalid("tools: must be an array", "tools", GatewayErrorCode.INVALID_TYPE)
+        raise invalid("tools: must be an array", "tools", GatewayErrorCode.INVALID_TYPE)
     converted = []
     for index, tool in enumerate(tools):
         param = f"tools.{index}"
         if not isinstance(tool, dict) or tool.get("type") not in (None, "custom"):
             kind = tool.get("type") if isinstance(tool, dict) else None
-            raise _invalid(
+            raise invalid(
                 f"{param}: server tools ({kind!r}) are not supported; only client tools "
                 "with an input_schema",
                 f"{param}.type",
                 GatewayErrorCode.UNSUPPORTED_VALUE,
             )
         if not isinstance(tool.get("name"), str) or not isinstance(tool.get("input_schema"), dict):
-            raise _invalid(
+            raise invalid(
                 f"{param}: a tool needs a 'name' and an 'input_schema'",
                 param,
                 GatewayErrorCode.INVALID_TYPE,
@@ -311,7 +331,7 @@ def _tool_choice(choice: Any, chat: dict[str, Any]) -> None:
     elif kind == "tool" and isinstance(choice.get("name"), str):
         chat["tool_choice"] = {"type": "function", "function": {"name": choice["name"]}}
     else:
-        raise _invalid("tool_choice: must be auto, any, tool (with a name) or none", "tool_choice")
+        raise invalid("tool_choice: must be auto, any, tool (with a name) or none", "tool_choice")
     if choice.get("disable_parallel_tool_use"):
         chat["parallel_tool_calls"] = False
 
@@ -347,8 +367,9 @@ def _stop(
 def _usage(usage: dict[str, Any] | None) -> dict[str, Any]:
     usage = usage or {}
     cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+    # Anthropic counts cache reads apart: input_tokens are the prompt's others.
     return {
-        "input_tokens": usage.get("prompt_tokens") or 0,
+        "input_tokens": (usage.get("prompt_tokens") or 0) - cached,
         "output_tokens": usage.get("completion_tokens") or 0,
         "cache_creation_input_tokens": 0,
         "cache_read_input_tokens": cached,
@@ -384,6 +405,7 @@ class MessageEvents:
         self._block_kind = ""
         self._finish_reason: str | None = None
         self._tool_calls = False
+        self._failed = False
 
     def _start(self) -> bytes:
         self._started = True
@@ -452,6 +474,8 @@ class MessageEvents:
         return [_event("content_block_stop", {"type": "content_block_stop", "index": self._block})]
 
     def end(self, *, cut: bool) -> bytes:
+        if self._failed:  # the error event ended it, as Anthropic's streams end
+            return b""
         out = [] if self._started else [self._start()]
         out += self._close()
         reason, sequence = _stop(
@@ -470,6 +494,7 @@ class MessageEvents:
         return b"".join(out)
 
     def error(self, error: ApplicationError) -> bytes:
+        self._failed = True
         return _event("error", _error(error))
 
 

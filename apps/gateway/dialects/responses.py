@@ -20,7 +20,13 @@ import orjson
 from apps.gateway.dialects.base import Answer, named_event
 from apps.gateway.errors import GatewayErrorCode
 from apps.gateway.outputs import CONTENT_FILTER, StreamEditor
-from apps.gateway.schemas import CompletionRequest, Endpoint, check_model, validate_completion
+from apps.gateway.schemas import (
+    CompletionRequest,
+    Endpoint,
+    check_model,
+    invalid,
+    validate_completion,
+)
 from dmxplatform.errors import ApplicationError, InvalidRequestError
 
 # Parameters that need what the platform does not keep or run, with the reason a client reads.
@@ -32,6 +38,8 @@ _REFUSED = {
     "prompt": "Stored prompt templates ('prompt') are not supported.",
     "max_tool_calls": "'max_tool_calls' limits built-in tools, which are not supported.",
     "top_logprobs": "Log probabilities are not supported on /v1/responses; use "
+    "/v1/chat/completions with 'logprobs'.",
+    "logprobs": "Log probabilities are not supported on /v1/responses; use "
     "/v1/chat/completions with 'logprobs'.",
     "context_management": "'context_management' is not supported.",
 }
@@ -51,14 +59,8 @@ _ROLES = frozenset({"user", "assistant", "system", "developer"})
 _TEXT_PARTS = frozenset({"input_text", "output_text", "text", "refusal"})
 
 
-def _invalid(
-    message: str, param: str | None, code=GatewayErrorCode.INVALID_VALUE
-) -> InvalidRequestError:
-    return InvalidRequestError(message, param=param, code=code)
-
-
 def _unsupported(message: str, param: str) -> InvalidRequestError:
-    return _invalid(message, param, GatewayErrorCode.UNSUPPORTED_PARAMETER)
+    return invalid(message, param, GatewayErrorCode.UNSUPPORTED_PARAMETER)
 
 
 class ResponsesDialect:
@@ -70,31 +72,31 @@ class ResponsesDialect:
             if data.get(name) is not None:
                 raise _unsupported(message, name)
         if data.get("store"):
-            raise _invalid(
+            raise invalid(
                 "Stored responses ('store': true) are not supported.",
                 "store",
                 GatewayErrorCode.UNSUPPORTED_VALUE,
             )
         if data.get("background"):
-            raise _invalid(
+            raise invalid(
                 "Background responses ('background': true) are not supported.",
                 "background",
                 GatewayErrorCode.UNSUPPORTED_VALUE,
             )
         if data.get("truncation") not in (None, "disabled"):
-            raise _invalid(
+            raise invalid(
                 "Only 'truncation': 'disabled' is supported: a prompt longer than the context "
                 "is refused, never cut.",
                 "truncation",
                 GatewayErrorCode.UNSUPPORTED_VALUE,
             )
         if not isinstance(data.get("metadata") or {}, dict):
-            raise _invalid(
+            raise invalid(
                 "'metadata' must be an object.", "metadata", GatewayErrorCode.INVALID_TYPE
             )
         include = data.get("include")
         if include:  # [] is what clients send by default
-            raise _invalid(
+            raise invalid(
                 "'include' is not supported: reasoning is returned as text, not encrypted.",
                 "include",
                 GatewayErrorCode.UNSUPPORTED_VALUE,
@@ -120,17 +122,16 @@ class ResponsesDialect:
             chat["reasoning_effort"] = effort
         stream = data.get("stream")
         if stream is not None and not isinstance(stream, bool):
-            raise _invalid("'stream' must be a boolean.", "stream", GatewayErrorCode.INVALID_TYPE)
+            raise invalid("'stream' must be a boolean.", "stream", GatewayErrorCode.INVALID_TYPE)
         if stream:
             chat["stream"] = True
             chat["stream_options"] = {"include_usage": True}
         try:
             request = validate_completion(Endpoint.CHAT, chat)
         except InvalidRequestError as error:
-            raise _invalid(error.message, _client_param(error.param), error.code) from None
+            raise invalid(error.message, _client_param(error.param), error.code) from None
         request.client_prompt_param = "input"
-        request.include_usage = bool(stream)
-        request.echo = _echo(data)
+        request.response_settings = _settings(data)
         return request
 
     def error_body(self, error: ApplicationError) -> bytes:
@@ -172,7 +173,7 @@ def _text(content: Any, param: str) -> list[dict[str, Any]] | str:
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
-        raise _invalid(
+        raise invalid(
             f"'{param}' must be a string or an array of content parts.",
             param,
             GatewayErrorCode.INVALID_TYPE,
@@ -184,7 +185,7 @@ def _text(content: Any, param: str) -> list[dict[str, Any]] | str:
         if isinstance(kind, str) and kind in _TEXT_PARTS:
             text = part.get("text", part.get("refusal"))
             if not isinstance(text, str):
-                raise _invalid(
+                raise invalid(
                     f"'{where}.text' must be a string.",
                     f"{where}.text",
                     GatewayErrorCode.INVALID_TYPE,
@@ -215,28 +216,28 @@ def _messages(data: dict[str, Any]) -> list[dict[str, Any]]:
     instructions = data.get("instructions")
     if instructions is not None:
         if not isinstance(instructions, str):
-            raise _invalid(
+            raise invalid(
                 "'instructions' must be a string.", "instructions", GatewayErrorCode.INVALID_TYPE
             )
         messages.append({"role": "system", "content": instructions})
     given = data.get("input")
     if given is None:
-        raise _invalid("'input' is required.", "input", GatewayErrorCode.MISSING_PARAMETER)
+        raise invalid("'input' is required.", "input", GatewayErrorCode.MISSING_PARAMETER)
     if isinstance(given, str):
         return [*messages, {"role": "user", "content": given}]
     if not isinstance(given, list):
-        raise _invalid(
+        raise invalid(
             "'input' must be a string or an array of items.", "input", GatewayErrorCode.INVALID_TYPE
         )
     for index, item in enumerate(given):
         param = f"input[{index}]"
         if not isinstance(item, dict):
-            raise _invalid(f"'{param}' must be an object.", param, GatewayErrorCode.INVALID_TYPE)
+            raise invalid(f"'{param}' must be an object.", param, GatewayErrorCode.INVALID_TYPE)
         kind = item.get("type", "message")
         if kind == "message":
             role = item.get("role")
             if not isinstance(role, str) or role not in _ROLES:
-                raise _invalid(
+                raise invalid(
                     f"'{param}.role' must be one of {', '.join(sorted(_ROLES))}.", f"{param}.role"
                 )
             messages.append(
@@ -252,8 +253,8 @@ def _messages(data: dict[str, Any]) -> list[dict[str, Any]]:
                 },
             }
             last = messages[-1] if messages else None
-            if last and last["role"] == "assistant" and "tool_calls" in last:
-                last["tool_calls"].append(call)
+            if last and last["role"] == "assistant":  # the turn that made the call
+                last.setdefault("tool_calls", []).append(call)
             else:
                 messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
         elif kind == "function_call_output":
@@ -277,14 +278,14 @@ def _messages(data: dict[str, Any]) -> list[dict[str, Any]]:
                 f"{param}.type",
             )
     if not any(m["role"] != "system" for m in messages):
-        raise _invalid("'input' must hold at least one item.", "input")
+        raise invalid("'input' must hold at least one item.", "input")
     return messages
 
 
 def _string(item: dict[str, Any], name: str, param: str) -> str:
     value = item.get(name)
     if not isinstance(value, str):
-        raise _invalid(
+        raise invalid(
             f"'{param}.{name}' must be a string.", f"{param}.{name}", GatewayErrorCode.INVALID_TYPE
         )
     return value
@@ -292,7 +293,7 @@ def _string(item: dict[str, Any], name: str, param: str) -> str:
 
 def _tools(tools: Any) -> list[dict[str, Any]]:
     if not isinstance(tools, list):
-        raise _invalid("'tools' must be an array.", "tools", GatewayErrorCode.INVALID_TYPE)
+        raise invalid("'tools' must be an array.", "tools", GatewayErrorCode.INVALID_TYPE)
     converted = []
     for index, tool in enumerate(tools):
         param = f"tools[{index}]"
@@ -330,9 +331,9 @@ def _response_format(text: Any) -> dict[str, Any] | None:
     if text is None:
         return None
     if not isinstance(text, dict):
-        raise _invalid("'text' must be an object.", "text", GatewayErrorCode.INVALID_TYPE)
+        raise invalid("'text' must be an object.", "text", GatewayErrorCode.INVALID_TYPE)
     if text.get("verbosity") not in (None, "medium"):
-        raise _invalid(
+        raise invalid(
             "'text.verbosity' is not supported.",
             "text.verbosity",
             GatewayErrorCode.UNSUPPORTED_VALUE,
@@ -346,12 +347,16 @@ def _response_format(text: Any) -> dict[str, Any] | None:
     if kind == "json_object":
         return {"type": "json_object"}
     if kind == "json_schema":
-        schema = {"name": form.get("name") or "response", "schema": form.get("schema")}
+        if not isinstance(form.get("schema"), dict):
+            raise invalid(
+                "'text.format.schema' is required: a JSON schema object.", "text.format.schema"
+            )
+        schema = {"name": form.get("name") or "response", "schema": form["schema"]}
         for name in ("description", "strict"):
             if form.get(name) is not None:
                 schema[name] = form[name]
         return {"type": "json_schema", "json_schema": schema}
-    raise _invalid(
+    raise invalid(
         "'text.format.type' must be 'text', 'json_object' or 'json_schema'.", "text.format.type"
     )
 
@@ -360,7 +365,7 @@ def _reasoning_effort(reasoning: Any) -> str | None:
     if reasoning is None:
         return None
     if not isinstance(reasoning, dict):
-        raise _invalid("'reasoning' must be an object.", "reasoning", GatewayErrorCode.INVALID_TYPE)
+        raise invalid("'reasoning' must be an object.", "reasoning", GatewayErrorCode.INVALID_TYPE)
     for name in ("summary", "generate_summary"):
         if reasoning.get(name) is not None:
             raise _unsupported(
@@ -371,7 +376,7 @@ def _reasoning_effort(reasoning: Any) -> str | None:
     return reasoning.get("effort")
 
 
-def _echo(data: dict[str, Any]) -> dict[str, Any]:
+def _settings(data: dict[str, Any]) -> dict[str, Any]:
     """The request's settings a response object repeats."""
     form = (data.get("text") or {}).get("format") or {"type": "text"}
     return {
@@ -440,7 +445,7 @@ def _response(
         "store": False,
         "truncation": "disabled",
         "usage": _usage(usage),
-        **answer.request.echo,
+        **answer.request.response_settings,
     }
     # Not nullable in OpenAI's schema: left out until there is one.
     for name in ("usage", "user"):
@@ -515,6 +520,7 @@ class ResponseEvents:
         self._open_kind = ""  # "reasoning", "message", or the tool call's index as text
         self._text: list[str] = []
         self._finish_reason: str | None = None
+        self._failed = False
 
     def _event(self, kind: str, **fields: Any) -> bytes:
         data = {"type": kind, "sequence_number": self._sequence, **fields}
@@ -649,11 +655,12 @@ class ResponseEvents:
                     arguments=text,
                 )
             )
-        done["id"] = item["id"]
         out.append(self._event("response.output_item.done", output_index=index, item=done))
         return out
 
     def end(self, *, cut: bool) -> bytes:
+        if self._failed:  # response.failed closed it
+            return b""
         out = [] if self._started else [self._start()]
         out += self._close_item()
         finish_reason = CONTENT_FILTER if cut else self._finish_reason
@@ -663,4 +670,15 @@ class ResponseEvents:
         return b"".join(out)
 
     def error(self, error: ApplicationError) -> bytes:
-        return self._event("error", code=str(error.code), message=error.message, param=error.param)
+        """The error event, then the response failed (what was generated is in it), as OpenAI
+        ends a response that fails."""
+        self._failed = True
+        out = [] if self._started else [self._start()]
+        out += self._close_item()
+        out.append(
+            self._event("error", code=str(error.code), message=error.message, param=error.param)
+        )
+        response = self._response("failed", usage=self._editor.usage)
+        response["error"] = {"code": "server_error", "message": error.message}
+        out.append(self._event("response.failed", response=response))
+        return b"".join(out)
