@@ -56,3 +56,13 @@ def named_event(name: str, data: bytes) -> bytes:
     """A server-sent event with its type named, as OpenAI's Responses and Anthropic's Messages
     streams send each one."""
     return b"event: %s\ndata: %s\n\n" % (name.encode(), data)
+
+
+def stream_into(data: dict[str, Any], chat: dict[str, Any]) -> None:
+    """Carry the client's `stream` into the chat request, asking for usage when it streams
+    (the engine's chat validation refuses a `stream` that is no boolean, naming it)."""
+    stream = data.get("stream")
+    if stream is not None:
+        chat["stream"] = stream
+    if stream is True:
+        chat["stream_options"] = {"include_usage": True}

@@ -18,7 +18,7 @@ from typing import Any
 
 import orjson
 
-from apps.gateway.dialects.base import Answer, named_event
+from apps.gateway.dialects.base import Answer, named_event, stream_into
 from apps.gateway.errors import GatewayErrorCode
 from apps.gateway.outputs import CONTENT_FILTER, StreamEditor
 from apps.gateway.schemas import (
@@ -119,12 +119,7 @@ class MessagesDialect:
             chat["tools"] = _tools(data["tools"])
         if data.get("tool_choice") is not None:
             _tool_choice(data["tool_choice"], chat)
-        stream = data.get("stream")
-        if stream is not None and not isinstance(stream, bool):
-            raise invalid("stream: must be a boolean", "stream", GatewayErrorCode.INVALID_TYPE)
-        if stream:
-            chat["stream"] = True
-            chat["stream_options"] = {"include_usage": True}
+        stream_into(data, chat)
         return validate_completion(Endpoint.CHAT, chat)
 
     def error_body(self, error: ApplicationError) -> bytes:

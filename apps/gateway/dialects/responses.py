@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from apps.gateway.dialects.base import Answer, named_event
+from apps.gateway.dialects.base import Answer, named_event, stream_into
 from apps.gateway.errors import GatewayErrorCode
 from apps.gateway.outputs import CONTENT_FILTER, StreamEditor
 from apps.gateway.schemas import (
@@ -120,12 +120,7 @@ class ResponsesDialect:
         effort = _reasoning_effort(data.get("reasoning"))
         if effort is not None:
             chat["reasoning_effort"] = effort
-        stream = data.get("stream")
-        if stream is not None and not isinstance(stream, bool):
-            raise invalid("'stream' must be a boolean.", "stream", GatewayErrorCode.INVALID_TYPE)
-        if stream:
-            chat["stream"] = True
-            chat["stream_options"] = {"include_usage": True}
+        stream_into(data, chat)
         try:
             request = validate_completion(Endpoint.CHAT, chat)
         except InvalidRequestError as error:
