@@ -188,7 +188,7 @@ def capture_script_calls(out: Path) -> dict[str, list[bytes]]:
 def delete_streams(client: redis.Redis) -> list[bytes]:
     """Empty the streams the gateway appended to (no Celery drains them here); return a few of
     the usage events first, as the ledger's templates."""
-    usage = client.xrange(f"{PREFIX}:usage:stream", count=4)
+    usage = client.xrange(f"{PREFIX}:{{s0}}:usage:stream", count=4)  # one shard, the default
     for key in client.scan_iter(f"{PREFIX}:*", _type="stream"):
         client.delete(key)
     return [fields[b"e"] for _, fields in usage]
@@ -360,7 +360,7 @@ def ledger_drain(args, rds: PrivateRedis, templates: list[bytes]) -> list[dict]:
     django.setup()
     from django.db import connection
 
-    from apps.keys.ledger import UsageEvent, stream_key
+    from apps.keys.ledger import USAGE_STREAM, UsageEvent
     from apps.keys.models import UsageRecord
     from apps.keys.services import usage_flush
     from dmxplatform.streams import FIELD
@@ -387,7 +387,7 @@ def ledger_drain(args, rds: PrivateRedis, templates: list[bytes]) -> list[dict]:
                 request_id=f"req_{rep:02d}{i:08d}{os.urandom(8).hex()}",
                 created_at=time.time(),
             )
-            pipe.xadd(stream_key(), {FIELD: event.encode()})
+            pipe.xadd(USAGE_STREAM.of_tenant(event.tenant_id).key(), {FIELD: event.encode()})
             if i % 1000 == 999:
                 pipe.execute()
         pipe.execute()

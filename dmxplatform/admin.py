@@ -154,7 +154,7 @@ class PlatformAdminSite(admin.AdminSite):
         if request.method == "POST":
             return self._parked_act(request)
         sections = []
-        for stream in streams.REGISTRY.values():
+        for stream in streams.every_shard():
             entries = streams.parked(stream, count=PARKED_SHOWN)
             sections.append(
                 {
@@ -185,7 +185,7 @@ class PlatformAdminSite(admin.AdminSite):
     def _parked_act(self, request: HttpRequest) -> HttpResponse:
         if not request.user.is_superuser:
             raise PermissionDenied
-        stream = streams.REGISTRY.get(request.POST.get("stream", ""))
+        stream = streams.shard_named(request.POST.get("stream", ""))
         if stream is None:
             raise Http404("no such stream")
         action = request.POST.get("action", "")

@@ -13,10 +13,10 @@ import time
 from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
-from redis.exceptions import RedisError
+from redis.cluster import RedisCluster
 
 from dmxplatform import streams
-from dmxplatform.redis_client import sync_redis
+from dmxplatform.redis_client import REDIS_ERRORS, request_redis
 
 
 class Bound:
@@ -158,33 +158,39 @@ class StreamCollector(ScrapeTimeCollector):
         backlog = GaugeMetricFamily(
             "dmx_stream_backlog_entries",
             "Entries waiting in a durable stream to be stored in the database.",
-            labels=["stream"],
+            labels=["stream", "shard"],
         )
         oldest = GaugeMetricFamily(
             "dmx_stream_oldest_entry_age_seconds",
             "Age of the oldest entry waiting in a durable stream (0 when it is empty).",
-            labels=["stream"],
+            labels=["stream", "shard"],
         )
         dead = GaugeMetricFamily(
             "dmx_stream_parked_entries",
             "Entries that could never be stored, parked in a stream's dead-letter stream.",
-            labels=["stream"],
+            labels=["stream", "shard"],
         )
-        durable = list(streams.REGISTRY.values())
-        try:
-            pipe = sync_redis().pipeline(transaction=False)
-            for stream in durable:
+        client = request_redis()
+        # A shard's three figures come in one round trip; on a cluster, each shard's own (its
+        # streams share a slot), so a master away costs the figures of its shards only. On a
+        # single Redis one failure means all of it is away: no point paying a timeout per shard.
+        on_cluster = isinstance(client, RedisCluster)
+        now_ms = time.time() * 1000
+        for stream in streams.every_shard():
+            try:
+                pipe = client.pipeline(transaction=False)
                 pipe.xlen(stream.key())
                 pipe.xrange(stream.key(), count=1)
                 pipe.xlen(stream.dead_letter_key())
-            replies = pipe.execute()
-        except RedisError:
-            return  # no figures rather than a failed scrape; Redis has its own alerts
-        now_ms = time.time() * 1000
-        for index, stream in enumerate(durable):
-            length, first, parked_count = replies[3 * index : 3 * index + 3]
-            backlog.add_metric([stream.label], length)
+                length, first, parked_count = pipe.execute()
+            except REDIS_ERRORS:
+                # No figures rather than a failed scrape; Redis has its own alerts.
+                if on_cluster:
+                    continue
+                break
+            labels = [stream.stream.label, str(stream.number)]
+            backlog.add_metric(labels, length)
             first_ms = int(first[0][0].split(b"-")[0]) if first else now_ms
-            oldest.add_metric([stream.label], max(now_ms - first_ms, 0) / 1000)
-            dead.add_metric([stream.label], parked_count)
+            oldest.add_metric(labels, max(now_ms - first_ms, 0) / 1000)
+            dead.add_metric(labels, parked_count)
         yield from (backlog, oldest, dead)

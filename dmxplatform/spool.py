@@ -26,6 +26,8 @@ from pathlib import Path
 
 import orjson
 
+from dmxplatform.resp import ClusterRespClient, RespClient
+
 logger = logging.getLogger(__name__)
 
 ACTIVE = ".spool"
@@ -132,7 +134,7 @@ def read_entries(path: Path) -> tuple[list[tuple[str, bytes]], int]:
     return entries, unreadable
 
 
-async def replay(spool: Spool, redis, *, field: bytes) -> int:
+async def replay(spool: Spool, redis: RespClient | ClusterRespClient, *, field: bytes) -> int:
     """Append every spooled entry to its stream (as `field`); return how many. Stops at the
     first Redis error, leaving what is not done for the next call."""
     done = 0
@@ -147,10 +149,13 @@ async def replay(spool: Spool, redis, *, field: bytes) -> int:
             # A long outage's file can hold hundreds of MB: read and parsed off the event loop.
             entries, unreadable = await asyncio.to_thread(read_entries, path)
             for start in range(0, len(entries), REPLAY_BATCH):
-                pipe = redis.pipeline(transaction=False)
-                for key, payload in entries[start : start + REPLAY_BATCH]:
-                    pipe.xadd(key, {field: payload})
-                await pipe.execute()
+                # Issued together, the batch leaves in one write per Redis node.
+                await asyncio.gather(
+                    *(
+                        redis.execute(b"XADD", key, b"*", field, payload)
+                        for key, payload in entries[start : start + REPLAY_BATCH]
+                    )
+                )
             path.unlink()
             done += len(entries)
             if unreadable:

@@ -11,6 +11,14 @@ it is stored one entry at a time, and an entry that fails on its own is parked, 
 in a dead-letter stream beside the original, so that one bad entry can never hold back the ones
 behind it (it once stopped the whole usage ledger). Parked entries are counted at /metrics
 (dmxplatform.metrics) and listed in the admin, which puts them back once their cause is fixed.
+
+Each kind of entry (a DurableStream) is one stream per request-store shard (StreamShard,
+DMX_REQUEST_REDIS_SHARDS): a tenant's entries go to its shard's stream, in the hash slot of its
+limits, since the settle script appends them in the same call on a Redis Cluster. Every shard
+drains on its own, under its own lock, so Celery drains them in parallel. Drains, gauges and the
+admin cover every shard number a gateway of the deployment has run with (shards_in_use), not
+only today's setting: lowering DMX_REQUEST_REDIS_SHARDS would otherwise strand the entries of
+the streams above the new number, which no drain would read again.
 """
 
 from __future__ import annotations
@@ -25,10 +33,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from django.conf import settings
 from django.db import DatabaseError, DataError, IntegrityError, connection, transaction
 from redis.exceptions import ResponseError
 
-from dmxplatform.redis_client import rkey, sync_redis
+from dmxplatform.redis_client import REDIS_ERRORS, request_redis, rkey, shard_of, shard_tag
+from dmxplatform.resp import ClusterRespClient, RespClient, Script
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +56,7 @@ REASON_CHARS = 500
 # drain then tells an outage (leave it pending) from a bad entry (park it).
 Store = Callable[[list[tuple[bytes, bytes]]], dict[bytes, str]]
 
-# Every durable stream, by name, for the admin and /metrics.
+# Every kind of durable stream, by name, for the admin and /metrics.
 REGISTRY: dict[str, DurableStream] = {}
 
 
@@ -62,18 +72,95 @@ class DurableStream:
     def label(self) -> str:
         return ".".join(self.name)
 
+    def shard(self, number: int) -> StreamShard:
+        return StreamShard(self, number)
+
+    def shards(self) -> list[StreamShard]:
+        """The streams this process writes to (DMX_REQUEST_REDIS_SHARDS)."""
+        return [self.shard(number) for number in range(settings.DMX_REQUEST_REDIS_SHARDS)]
+
+    def of_tenant(self, tenant_id: int) -> StreamShard:
+        """The stream a tenant's entries go to."""
+        return self.shard(shard_of(tenant_id))
+
+
+@dataclass(frozen=True)
+class StreamShard:
+    """One stream of a kind: what a drain empties, and what parks its bad entries."""
+
+    stream: DurableStream
+    number: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.stream.label}.{self.number}"
+
+    @property
+    def title(self) -> str:
+        if self.number == 0 and settings.DMX_REQUEST_REDIS_SHARDS == 1:
+            return self.stream.title
+        return f"{self.stream.title} (shard {self.number})"
+
     def key(self) -> str:
-        return rkey(*self.name)
+        return rkey(shard_tag(self.number), *self.stream.name)
 
     def dead_letter_key(self) -> str:
-        return rkey(*self.name, "dead")
+        return rkey(shard_tag(self.number), *self.stream.name, "dead")
 
     def lock_id(self) -> int:
         """The drain's PostgreSQL advisory lock: a number that stays with the stream's name."""
         return zlib.crc32(f"dmx-drain:{self.label}".encode())
 
 
-def _ensure_group(client, stream: DurableStream) -> None:
+# Raises the number of shards gateways have run with to ARGV[1], never lowers it.
+_RECORD_SHARDS = Script(
+    """
+local seen = tonumber(redis.call('GET', KEYS[1]) or '0')
+local now = tonumber(ARGV[1])
+if now > seen then
+  redis.call('SET', KEYS[1], now)
+  return now
+end
+return seen
+"""
+)
+
+
+def _shards_seen_key() -> str:
+    return rkey("request_store", "shards_seen")
+
+
+async def record_shards(client: RespClient | ClusterRespClient) -> int:
+    """Record that a gateway writes DMX_REQUEST_REDIS_SHARDS shards' streams (at its start);
+    return the most any gateway has."""
+    return await client.run(
+        _RECORD_SHARDS, [_shards_seen_key()], [settings.DMX_REQUEST_REDIS_SHARDS]
+    )
+
+
+def shards_in_use() -> int:
+    """How many shard numbers may hold entries: DMX_REQUEST_REDIS_SHARDS, or more where a
+    gateway ran with more. The record is never lowered, since a gateway of the old setting may
+    still be writing; a drain of an empty stream costs one read."""
+    try:
+        seen = int(request_redis().get(_shards_seen_key()) or 0)
+    except REDIS_ERRORS:
+        seen = 0  # the drains and the scrape will find Redis away on their own
+    return max(settings.DMX_REQUEST_REDIS_SHARDS, seen)
+
+
+def every_shard() -> list[StreamShard]:
+    """Every stream of every kind that may hold entries (shards_in_use)."""
+    count = shards_in_use()
+    return [stream.shard(number) for stream in REGISTRY.values() for number in range(count)]
+
+
+def shard_named(label: str) -> StreamShard | None:
+    """The stream of a StreamShard.label, if it is one of this deployment's."""
+    return next((shard for shard in every_shard() if shard.label == label), None)
+
+
+def _ensure_group(client, stream: StreamShard) -> None:
     try:
         client.xgroup_create(stream.key(), GROUP, id="0", mkstream=True)
     except ResponseError as exc:
@@ -82,7 +169,7 @@ def _ensure_group(client, stream: DurableStream) -> None:
 
 
 def drain(
-    stream: DurableStream, store: Store, *, consumer: str = "flusher", batch_size: int = BATCH
+    stream: StreamShard, store: Store, *, consumer: str = "flusher", batch_size: int = BATCH
 ) -> int:
     """Move buffered entries into the database; return how many left the buffer.
 
@@ -98,8 +185,23 @@ def drain(
         return 0
 
 
-def _drain_rounds(stream: DurableStream, store: Store, consumer: str, batch_size: int) -> int:
-    client = sync_redis()
+def flush(
+    stream: DurableStream,
+    store: Store,
+    *,
+    shard: int | None = None,
+    consumer: str = "flusher",
+    batch_size: int = BATCH,
+) -> int:
+    """drain() one shard of a kind's streams, or (None) every one after the other; Celery
+    drains them in parallel, a task per shard."""
+    numbers = range(shards_in_use()) if shard is None else [shard]
+    shards = [stream.shard(number) for number in numbers]
+    return sum(drain(one, store, consumer=consumer, batch_size=batch_size) for one in shards)
+
+
+def _drain_rounds(stream: StreamShard, store: Store, consumer: str, batch_size: int) -> int:
+    client = request_redis()
     _ensure_group(client, stream)
     moved = 0
     for _ in range(MAX_ROUNDS):
@@ -119,7 +221,7 @@ def _drain_rounds(stream: DurableStream, store: Store, consumer: str, batch_size
 
 
 @contextlib.contextmanager
-def _exclusive(stream: DurableStream) -> Iterator[bool]:
+def _exclusive(stream: StreamShard) -> Iterator[bool]:
     """Hold the stream's drain lock for the block; yield whether it was free.
 
     The lock lives with the database the drain writes to and dies with its holder: a
@@ -162,7 +264,7 @@ ENTRY_FAULTS = (DataError, IntegrityError, ValueError, TypeError, KeyError)
 
 
 def _store(
-    stream: DurableStream, store: Store, pairs: list[tuple[bytes, bytes]]
+    stream: StreamShard, store: Store, pairs: list[tuple[bytes, bytes]]
 ) -> tuple[list[tuple[bytes, bytes]], dict[bytes, str]] | None:
     """Store a batch; return the pairs dealt with and the reasons of those to park, or None
     when the database failed the batch for a reason of its own (everything stays pending)."""
@@ -196,7 +298,7 @@ def _attempt(store: Store, pairs: list[tuple[bytes, bytes]]) -> dict[bytes, str]
         return store(pairs)
 
 
-def _read(client, stream: DurableStream, consumer: str, batch_size: int) -> list:
+def _read(client, stream: StreamShard, consumer: str, batch_size: int) -> list:
     # "0" re-reads this consumer's unacknowledged entries; ">" takes new ones.
     for start in ("0", ">"):
         response = client.xreadgroup(GROUP, consumer, {stream.key(): start}, count=batch_size)
@@ -207,7 +309,7 @@ def _read(client, stream: DurableStream, consumer: str, batch_size: int) -> list
 
 
 def _settle(
-    client, stream: DurableStream, pairs: list[tuple[bytes, bytes]], rejected: dict[bytes, str]
+    client, stream: StreamShard, pairs: list[tuple[bytes, bytes]], rejected: dict[bytes, str]
 ) -> None:
     """Acknowledge and delete a stored batch; park what can never be stored, with why."""
     if not pairs:
@@ -243,7 +345,7 @@ class ParkedEntry:
     payload: bytes
 
 
-def parked(stream: DurableStream, *, count: int = 100) -> list[ParkedEntry]:
+def parked(stream: StreamShard, *, count: int = 100) -> list[ParkedEntry]:
     """The newest entries parked in a stream's dead-letter stream, newest first."""
     return [
         ParkedEntry(
@@ -253,19 +355,19 @@ def parked(stream: DurableStream, *, count: int = 100) -> list[ParkedEntry]:
             parked_at=float(fields.get(b"at", b"0") or 0),
             payload=fields.get(FIELD, b""),
         )
-        for entry_id, fields in sync_redis().xrevrange(stream.dead_letter_key(), count=count)
+        for entry_id, fields in request_redis().xrevrange(stream.dead_letter_key(), count=count)
     ]
 
 
-def parked_count(stream: DurableStream) -> int:
-    return sync_redis().xlen(stream.dead_letter_key())
+def parked_count(stream: StreamShard) -> int:
+    return request_redis().xlen(stream.dead_letter_key())
 
 
 # Parked entries read per call when all of them are put back or discarded.
 PARKED_PAGE = 1000
 
 
-def _all_parked(client, stream: DurableStream) -> list[bytes]:
+def _all_parked(client, stream: StreamShard) -> list[bytes]:
     ids, start = [], "-"
     while page := client.xrange(stream.dead_letter_key(), min=start, count=PARKED_PAGE):
         ids.extend(entry_id for entry_id, _ in page)
@@ -273,10 +375,10 @@ def _all_parked(client, stream: DurableStream) -> list[bytes]:
     return ids
 
 
-def parked_requeue(stream: DurableStream, ids: list[bytes] | None = None) -> int:
+def parked_requeue(stream: StreamShard, ids: list[bytes] | None = None) -> int:
     """Put parked entries (all of them when `ids` is None) back on their stream, their cause
     fixed; return how many."""
-    client = sync_redis()
+    client = request_redis()
     moved = 0
     for entry_id in _all_parked(client, stream) if ids is None else ids:
         found = client.xrange(stream.dead_letter_key(), min=entry_id, max=entry_id)
@@ -290,8 +392,8 @@ def parked_requeue(stream: DurableStream, ids: list[bytes] | None = None) -> int
     return moved
 
 
-def parked_discard(stream: DurableStream, ids: list[bytes] | None = None) -> int:
+def parked_discard(stream: StreamShard, ids: list[bytes] | None = None) -> int:
     """Delete parked entries (all of them when `ids` is None) for good; return how many."""
-    client = sync_redis()
+    client = request_redis()
     ids = _all_parked(client, stream) if ids is None else ids
     return client.xdel(stream.dead_letter_key(), *ids) if ids else 0

@@ -60,6 +60,10 @@ class EngineConfig:
     # What the platform's registry says this version's engine starts with (inference.worker
     # fetches it before starting vLLM); None: vLLM's defaults.
     settings: EngineSettings | None = None
+    # How far below the worker's the engine's CPU priority is. On a CPU node vLLM's threads take
+    # every core they can; lowered, they leave the worker (its heartbeats, its drain) and any
+    # platform process on the host their time, and still get every cycle nothing else wants.
+    nice: int = 0
 
     @property
     def url(self) -> str:
@@ -194,7 +198,7 @@ class Engine:
         proctree.become_subreaper()
         # Its own session and process group, so that stop() reaches vLLM's children too.
         self.process = subprocess.Popen(
-            proctree.launch_argv(self.config.command()),
+            proctree.launch_argv(self.config.command(), nice=self.config.nice),
             env=self.config.environment(),
             start_new_session=True,
         )

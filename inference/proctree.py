@@ -53,20 +53,42 @@ def become_subreaper() -> None:
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
 
 
-def launch_argv(argv: list[str]) -> list[str]:
-    """`argv` run through this module: it sets the parent-death signal and execs `argv`.
+def launch_argv(argv: list[str], *, nice: int = 0) -> list[str]:
+    """`argv` run through this module: it sets the parent-death signal, lowers its CPU priority
+    by `nice` (inherited by every process it starts), and execs `argv`.
 
     Not a Popen preexec_fn: that runs Python between fork and exec, unsafe in a parent with
     threads (the worker has them); here the prctl happens in a fresh interpreter, and survives
     the exec."""
-    return [sys.executable, "-m", "inference.proctree", str(os.getpid()), *argv]
+    return [sys.executable, "-m", "inference.proctree", str(os.getpid()), str(nice), *argv]
 
 
-def _launch(parent_pid: int, argv: list[str]) -> None:
+def _launch(parent_pid: int, nice: int, argv: list[str]) -> None:
     _prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != parent_pid:  # the parent died before the prctl: nobody to serve
         os._exit(1)
+    if nice:
+        os.nice(nice)
+        if os.getsid(0) == os.getpid():
+            _nice_autogroup(nice)
     os.execv(argv[0], argv)
+
+
+def _nice_autogroup(nice: int) -> None:
+    """Lower the CPU weight of this session's scheduler autogroup as well. With autogroups on
+    (kernel.sched_autogroup_enabled, the default of most distributions' kernels) the CPU is
+    shared between sessions first and a process's nice only ranks it within its own: the engine
+    leads a session of its own, so its nice alone left it an equal share beside the gateway's
+    and Redis's (a CI run's twelve long generations stalled both gateways' Redis reads past
+    their timeout). Only a session leader gets here: any other would lower its parent's too."""
+    for _ in range(20):
+        try:
+            Path("/proc/self/autogroup").write_text(str(nice))
+            return
+        except FileNotFoundError:
+            return  # a kernel without autogroups: the process's own nice is all there is
+        except BlockingIOError:
+            time.sleep(0.1)  # EAGAIN: the kernel takes one change per 100 ms, machine-wide
 
 
 def _stat(pid: int) -> tuple[int, int, str] | None:
@@ -148,5 +170,5 @@ def stop_group(pgid: int, *, grace: float, keep: int | None = None) -> bool:
 
 
 if __name__ == "__main__":
-    # python -m inference.proctree PARENT_PID ARGV...: see launch_argv.
-    _launch(int(sys.argv[1]), sys.argv[2:])
+    # python -m inference.proctree PARENT_PID NICE ARGV...: see launch_argv.
+    _launch(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:])

@@ -67,6 +67,17 @@ DRAIN_POLL_SECONDS = 0.2
 DRAIN_MIN_SECONDS = 1.0
 
 
+def _nice(value: str) -> int:
+    """A niceness increment vLLM can take without privileges: 0 to 19."""
+    try:
+        nice = int(value)
+    except ValueError:
+        nice = -1
+    if not 0 <= nice <= 19:
+        raise argparse.ArgumentTypeError(f"must be an integer from 0 to 19, not {value!r}")
+    return nice
+
+
 def _env(name: str, default: str | None = None) -> str | None:
     return os.environ.get(name) or default
 
@@ -129,6 +140,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     parser.add_argument(
         "--drain-timeout", type=float, default=float(_env("DMX_DRAIN_TIMEOUT", "30"))
+    )
+    parser.add_argument(
+        "--engine-nice",
+        type=_nice,  # argparse applies it to the environment's default (a string) too
+        metavar="0-19",
+        default=_env("DMX_ENGINE_NICE", "0"),
+        help="lower vLLM's CPU priority by this much (a CPU node: 10, so that vLLM's threads "
+        "do not starve the worker's heartbeats; default 0)",
     )
     parser.add_argument(
         "--otlp-endpoint",
@@ -246,6 +265,7 @@ class Worker:
                 env=vllm_env,
                 attach_url=args.attach,
                 otlp_endpoint=args.otlp_endpoint,
+                nice=args.engine_nice,
                 kv_events_endpoint=self.kv_events.endpoint if self.kv_events else None,
             )
         )
@@ -438,11 +458,20 @@ class Worker:
         self._report("draining", self._load())
         start = time.monotonic()
         deadline = start + self.args.drain_timeout
-        while time.monotonic() < deadline and self.engine.alive():
+        while self.engine.alive():
             # Gateways may route here until their next state refresh; wait that out first.
             settled = time.monotonic() - start >= DRAIN_MIN_SECONDS
             load = self._load()
-            if settled and load.num_requests_running == 0 and load.num_requests_waiting == 0:
+            in_flight = load.num_requests_running + load.num_requests_waiting
+            if settled and in_flight == 0:
+                break
+            if time.monotonic() >= deadline:
+                # Said, because the clients of these requests get a broken connection.
+                logger.warning(
+                    "drain timeout (%.0f s) with %d requests in flight: stopping vLLM anyway",
+                    self.args.drain_timeout,
+                    in_flight,
+                )
                 break
             time.sleep(DRAIN_POLL_SECONDS)
         code = self.engine.stop()

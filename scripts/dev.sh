@@ -21,6 +21,9 @@ if [ ! -f .env ]; then
   } > .env
 fi
 set -a; . ./.env; set +a
+# Every engine started here (the workers below, and those Celery's local scaler starts with its
+# environment) runs below the gateway's CPU priority: they share this machine's cores.
+export DMX_ENGINE_NICE=${DMX_ENGINE_NICE:-10}
 
 GATEWAY_HOST=${DMX_GATEWAY_HOST:-127.0.0.1}
 GATEWAY_PORT=${DMX_GATEWAY_PORT:-8000}
@@ -97,7 +100,7 @@ pids+=($!)
 
 echo "==> starting Celery (worker + beat)"
 .venv/bin/celery -A dmxplatform worker --beat --queues default,ledger,fleet --concurrency 1 \
-  --loglevel INFO --schedule .run/celerybeat-schedule > .run/celery.log 2>&1 &
+  --without-gossip --without-mingle --without-heartbeat --loglevel INFO --schedule .run/celerybeat-schedule > .run/celery.log 2>&1 &
 pids+=($!)
 
 echo "==> starting the vLLM worker for $MODEL_NAME on port $WORKER_PORT (logs: .run/worker.log)"

@@ -15,7 +15,7 @@ from apps.hardware.nodestate import NodeSnapshot, fleet_key
 from apps.models.choices import ModelKind
 from dmxplatform.redis_client import sync_redis
 from tests import stack as stack_module
-from tests.faults import TcpProxy
+from tests.faults import OwnRedisCluster, TcpProxy
 from tests.hardware.factories import make_node_token
 from tests.http import call
 from tests.keys.factories import make_api_key
@@ -64,6 +64,16 @@ BROKEN_MODEL = "dmx-broken"
 TINY_CONTEXT = 2048
 # Two replicas, so that shared limits and cache invalidation are tested across processes.
 GATEWAY_REPLICAS = 2
+
+
+@pytest.fixture(scope="module")
+def redis_cluster(tmp_path_factory) -> Iterator[OwnRedisCluster]:
+    """A Redis Cluster of three masters for a module's tests (tests/faults.py)."""
+    cluster = OwnRedisCluster(tmp_path_factory.mktemp("redis-cluster"), masters=3)
+    try:
+        yield cluster.start()
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture
@@ -204,7 +214,18 @@ def wait_until_served(running: RunningPlatform, model: str, worker: stack_module
 
 
 @pytest.fixture
-def committed(django_db_blocker) -> Iterator[None]:
+def eager_celery() -> Iterator[None]:
+    """Run the tasks a task queues in this process, at once."""
+    from dmxplatform.celery import app
+
+    previous = app.conf.task_always_eager
+    app.conf.task_always_eager = True
+    yield
+    app.conf.task_always_eager = previous
+
+
+@pytest.fixture
+def committed(django_db_setup, django_db_blocker) -> Iterator[None]:
     """ORM access in autocommit, for e2e tests: other processes see every write at once."""
     with django_db_blocker.unblock():
         yield

@@ -2,8 +2,9 @@
 
 TcpProxy: the platform's processes reach PostgreSQL through it, so a test can take the database
 away from them (every open connection reset, new ones refused) without stopping the server the
-test process itself, and every other test, still uses. OwnRedis: a redis-server a test starts,
-kills and restarts itself. assert_recorded_once: each request the test sent is in the ledger
+test process itself, and every other test, still uses. OwnRedis and OwnRedisCluster: a
+redis-server, or a cluster of them, a test starts, kills and restarts itself.
+assert_recorded_once: each request the test sent is in the ledger
 once, with the tokens its client got.
 """
 
@@ -19,6 +20,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import redis
+from redis.client import NEVER_DECODE
+from redis.crc import key_slot
 
 from tests.http import call
 
@@ -130,7 +135,19 @@ def assert_recorded_once(sent: list[Sent], *, key, timeout: float = 30) -> None:
         connection.close()  # a fresh snapshot each time
         return UsageRecord.objects.filter(request_id__in=ids).count() == len(ids)
 
-    wait_for(arrived, timeout=timeout, interval=0.5, what=f"{len(ids)} usage records")
+    try:
+        wait_for(arrived, timeout=timeout, interval=0.5, what=f"{len(ids)} usage records")
+    except TimeoutError:
+        # How many are missing tells a stalled drain (most of them) from lost records (a few).
+        connection.close()
+        found = set(
+            UsageRecord.objects.filter(request_id__in=ids).values_list("request_id", flat=True)
+        )
+        missing = [s for s in sent if s.request_id not in found]
+        raise AssertionError(
+            f"{len(missing)} of {len(ids)} usage records missing after {timeout:.0f} s; "
+            f"the first: {missing[:5]}"
+        ) from None
     rows = {r.request_id: r for r in UsageRecord.objects.filter(request_id__in=ids)}
     for s in sent:
         row = rows[s.request_id]
@@ -146,15 +163,50 @@ def assert_recorded_once(sent: list[Sent], *, key, timeout: float = 30) -> None:
     )
 
 
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _redis_server(port: int, directory: Path, *options: str) -> subprocess.Popen:
+    """Start a redis-server on a loopback port, with its files in `directory`; return once it
+    listens."""
+    directory.mkdir(parents=True, exist_ok=True)
+    process = subprocess.Popen(
+        [
+            "redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "",
+            "--appendfsync", "everysec", "--dir", str(directory),
+            "--logfile", str(directory / "redis.log"), *options,
+        ],
+        start_new_session=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 10
+    while True:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port)):
+            return process
+        if time.monotonic() > deadline:
+            process.kill()
+            raise TimeoutError(f"redis-server on {port} did not start")
+        time.sleep(0.05)
+
+
+def _kill(process: subprocess.Popen | None) -> None:
+    if process is not None and process.poll() is None:
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(timeout=10)
+
+
 class OwnRedis:
     """A redis-server of the test's own, append-only as production must run the one holding
     the streams; kill() is SIGKILL, start() again reloads its append-only file."""
 
-    def __init__(self, directory: Path, *, appendonly: bool = True) -> None:
+    def __init__(
+        self, directory: Path, *, appendonly: bool = True, options: tuple[str, ...] = ()
+    ) -> None:
         self.appendonly = appendonly
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
+        self.options = options  # more redis-server flags
+        self.port = _free_port()
         self.directory = directory
         self.process: subprocess.Popen | None = None
 
@@ -163,28 +215,105 @@ class OwnRedis:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> OwnRedis:
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.process = subprocess.Popen(
-            [
-                "redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
-                "--save", "", "--appendonly", "yes" if self.appendonly else "no",
-                "--appendfsync", "everysec",
-                "--dir", str(self.directory), "--logfile", str(self.directory / "redis.log"),
-            ],
-            start_new_session=True,
-        )  # fmt: skip
-        deadline = time.monotonic() + 10
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port)):
-                return self
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"redis-server on {self.port} did not start")
-            time.sleep(0.05)
+        appendonly = "yes" if self.appendonly else "no"
+        self.process = _redis_server(
+            self.port, self.directory, "--appendonly", appendonly, *self.options
+        )
+        return self
 
     def kill(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            os.kill(self.process.pid, signal.SIGKILL)
-            self.process.wait(timeout=10)
+        _kill(self.process)
+
+
+class OwnRedisCluster:
+    """A Redis Cluster of the test's own: `masters` append-only redis-servers in cluster mode,
+    no replicas, on loopback ports. kill(i) is SIGKILL of master i; restart(i) brings it back
+    on its port with its node table and append-only file, as a restarted pod would.
+
+    cluster-require-full-coverage is off, as production should run it: a master that is down
+    fails its own slots' commands, not every master's."""
+
+    def __init__(self, directory: Path, *, masters: int = 3) -> None:
+        self.directory = directory
+        self.ports = [_free_port() for _ in range(masters)]
+        # The cluster bus's ports, given: the default (port + 10000) may be taken or too high.
+        self.bus_ports = [_free_port() for _ in range(masters)]
+        self.processes: list[subprocess.Popen | None] = [None] * masters
+
+    @property
+    def url(self) -> str:
+        """The seed URL DMX_REQUEST_REDIS_URL takes: every master."""
+        return "redis://" + ",".join(f"127.0.0.1:{port}" for port in self.ports)
+
+    def start(self) -> OwnRedisCluster:
+        for index in range(len(self.ports)):
+            self._spawn(index)
+        subprocess.run(
+            ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{port}" for port in self.ports),
+             "--cluster-replicas", "0", "--cluster-yes"],
+            check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+        for index in range(len(self.ports)):
+            self._wait_serving(index)
+        return self
+
+    def kill(self, index: int) -> None:
+        _kill(self.processes[index])
+
+    def pause(self, index: int) -> None:
+        """SIGSTOP master i: it accepts connections (the kernel does) and answers nothing, as a
+        master behind a network that drops packets."""
+        os.kill(self.processes[index].pid, signal.SIGSTOP)
+
+    def resume(self, index: int) -> None:
+        os.kill(self.processes[index].pid, signal.SIGCONT)
+
+    def restart(self, index: int) -> None:
+        self._spawn(index)
+        self._wait_serving(index)
+
+    def stop(self) -> None:
+        for process in self.processes:
+            _kill(process)
+
+    def node_of(self, key: str) -> int:
+        """The index of the master that holds `key`'s slot."""
+        slot = key_slot(key.encode())
+        for start, end, (_, port, *_), *_ in self._cli(0, "CLUSTER", "SLOTS"):
+            if start <= slot <= end:
+                return self.ports.index(port)
+        raise AssertionError(f"no master serves slot {slot}")
+
+    def _spawn(self, index: int) -> None:
+        port = self.ports[index]
+        self.processes[index] = _redis_server(
+            port, self.directory / str(port),
+            "--appendonly", "yes", "--cluster-enabled", "yes",
+            "--cluster-port", str(self.bus_ports[index]), "--cluster-config-file", "nodes.conf",
+            "--cluster-node-timeout", "2000",
+            "--cluster-require-full-coverage", "no",
+        )  # fmt: skip
+
+    def _wait_serving(self, index: int, *, timeout: float = 30) -> None:
+        """Until the master has loaded its data and counts itself part of a healthy cluster
+        (before that it answers LOADING or CLUSTERDOWN)."""
+        deadline = time.monotonic() + timeout
+        while b"cluster_state:ok" not in self._info(index):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"cluster node {self.ports[index]} did not come up")
+            time.sleep(0.1)
+
+    def _info(self, index: int) -> bytes:
+        with contextlib.suppress(redis.RedisError):
+            return self._cli(index, "CLUSTER", "INFO")
+        return b""
+
+    def _cli(self, index: int, *command: str):
+        client = redis.Redis(port=self.ports[index], socket_timeout=5)
+        try:
+            return client.execute_command(*command, **{NEVER_DECODE: True})
+        finally:
+            client.close()
 
 
 def send_chat_stream(api_url: str, key: str, body: dict[str, Any], *, timeout: float = 120):

@@ -45,10 +45,12 @@ def gateway_argv(port: int) -> list[str]:
 
 
 def celery_argv(schedule: Path) -> list[str]:
-    """Celery's command line: one worker process with beat, on every queue."""
+    """Celery's command line: one worker process with beat, on every queue, without the
+    broadcast steps production runs without (deploy/kubernetes/base/celery-worker.yaml)."""
     return [
         str(ROOT / ".venv" / "bin" / "celery"), "-A", "dmxplatform", "worker", "--beat",
         "--queues", "default,ledger,fleet", "--concurrency", "1", "--loglevel", "INFO",
+        "--without-gossip", "--without-mingle", "--without-heartbeat",
         "--schedule", str(schedule),
     ]  # fmt: skip
 
@@ -211,9 +213,12 @@ class Stack:
         version: str = "v1",
         port: int | None = None,
         attach: str | None = None,
+        drain_timeout: float = 10,
     ) -> Worker:
         """Start an inference worker; on `port` again (same node, same run directory) to
-        restart one, or attached to the OpenAI-compatible server at `attach`."""
+        restart one, or attached to the OpenAI-compatible server at `attach`. On SIGTERM it
+        waits up to `drain_timeout` seconds for requests in flight (short: the session's stack
+        stops in seconds)."""
         port = port or free_port()
         run_dir = ROOT / ".run" / "test-workers" / f"{model_name}-{version}-{port}"
         argv = [
@@ -235,7 +240,7 @@ class Stack:
             "--run-dir",
             str(run_dir),
             "--drain-timeout",
-            "10",
+            str(drain_timeout),
             *(("--attach", attach) if attach else ()),
             "--",
             "--enforce-eager",
@@ -252,6 +257,10 @@ class Stack:
             VLLM_CPU_KVCACHE_SPACE="1",
             VLLM_CPU_OMP_THREADS_BIND="nobind",
             OMP_NUM_THREADS="1",
+            # The engines share two cores with the gateways, Redis and PostgreSQL: below them,
+            # a long generation cannot stall the platform (a full run once saw every Redis
+            # read of both gateways time out for 20 s while one engine decoded twelve).
+            DMX_ENGINE_NICE="10",
         )
         worker = Worker(f"{self.prefix}worker-{model_name}-{port}", argv, env, run_dir)
         self._add(worker)

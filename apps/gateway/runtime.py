@@ -28,7 +28,7 @@ from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import RedisError
 
 from apps.gateway import intent, tracing
 from apps.gateway.content_filter import ContentFilter
@@ -44,7 +44,7 @@ from dmxplatform.background import cancel_all
 from dmxplatform.clients import trusted_networks
 from dmxplatform.errors import RateLimitError, ServiceUnavailableError
 from dmxplatform.memory import release_memory
-from dmxplatform.redis_client import async_redis, resp_client, rkey
+from dmxplatform.redis_client import async_redis, request_resp_client, resp_client, rkey
 from dmxplatform.resp import RedisUnavailable, RespError
 from dmxplatform.spool import Spool, replay
 
@@ -68,10 +68,13 @@ _LARGE_BODY_REFUSALS = metrics.gateway_refusals.labels("large_body")
 class GatewayRuntime:
     def __init__(self) -> None:
         self.redis = async_redis()  # background work: refreshes
-        self.fast_redis = resp_client()  # the request path (dmxplatform.resp)
+        # The request path (dmxplatform.resp): the key cache's coordination Redis, and the
+        # request store of limits, breakers and streams (dmxplatform.settings.redis).
+        self.fast_redis = resp_client()
+        self.request_redis = request_resp_client()
         self.spool = Spool(Path(settings.DMX_SPOOL_DIR))
-        self.gate = KeyGate(self.fast_redis, spool=self.spool)
-        self.dispatcher = Dispatcher(self.fast_redis)
+        self.gate = KeyGate(self.fast_redis, self.request_redis, spool=self.spool)
+        self.dispatcher = Dispatcher(self.request_redis)
         self.content_filter = ContentFilter(())
         self.content_filter_version = -1
         self.trusted_proxies = trusted_networks(tuple(settings.DMX_TRUSTED_PROXIES))
@@ -90,6 +93,7 @@ class GatewayRuntime:
             max_idle_per_node=settings.DMX_UPSTREAM_POOL_PER_NODE,
         )
         await self._check_persistence()
+        await self._record_shards()
         await sync_to_async(intent.load, thread_sensitive=False)()
         tracing.prepare()  # OpenTelemetry's imports now, not in the first request's way
         sys.setswitchinterval(GIL_SWITCH_INTERVAL)
@@ -114,24 +118,52 @@ class GatewayRuntime:
         self.spool.close()
         await self.redis.aclose()
         await self.fast_redis.close()
+        await self.request_redis.close()
 
     async def _check_persistence(self) -> None:
-        """Refuse (or, with DMX_REDIS_REQUIRE_AOF off, warn about) a Redis that keeps no
-        append-only file: a restart of it would lose the usage records in its streams."""
-        try:
-            appendonly = (await self.redis.config_get("appendonly")).get("appendonly")
-        except ResponseError:
-            logger.warning("cannot read Redis's persistence (CONFIG is off); make sure it is AOF")
-            return
-        if appendonly == "yes":
+        """Refuse (or, with DMX_REDIS_REQUIRE_AOF off, warn about) a request store that keeps
+        no append-only file (on any master): a restart of it would lose the usage records in
+        its streams. A master that cannot tell (CONFIG turned off, as managed Redis services do;
+        a cluster's master away or still loading) is left unchecked, with a warning: one master
+        away must not keep the gateway from serving the others' tenants. None reachable at all
+        fails the start, as there is no request store to serve with."""
+        replies = await self.request_redis.each_master(b"CONFIG", b"GET", b"appendonly")
+        answered = [reply for reply in replies if not isinstance(reply, Exception)]
+        failed = [reply for reply in replies if isinstance(reply, Exception)]
+        if not answered and all(isinstance(error, RedisUnavailable) for error in failed):
+            raise failed[0]
+        if failed:
+            logger.warning(
+                "%d of %d request-store masters unchecked for AOF (make sure they are): %s",
+                len(failed),
+                len(replies),
+                failed[0],
+            )
+        if all(reply[1:] == [b"yes"] for reply in answered):
             return
         message = (
-            "the Redis at REDIS_URL keeps no append-only file (appendonly no), so a restart of "
-            "it loses the usage records waiting in its streams: run it with appendonly yes"
+            "the Redis at DMX_REQUEST_REDIS_URL keeps no append-only file (appendonly no), so a "
+            "restart of it loses the usage records waiting in its streams: run it with "
+            "appendonly yes"
         )
         if settings.DMX_REDIS_REQUIRE_AOF:
             raise ImproperlyConfigured(message + " (or set DMX_REDIS_REQUIRE_AOF=0)")
         logger.warning(message)
+
+    async def _record_shards(self) -> None:
+        """Tell the drains which shards' streams this gateway writes (streams.shards_in_use)."""
+        try:
+            seen = await streams.record_shards(self.request_redis)
+        except (RedisUnavailable, RespError) as exc:
+            logger.warning("could not record this gateway's request-store shards: %s", exc)
+            return
+        if seen > settings.DMX_REQUEST_REDIS_SHARDS:
+            logger.info(
+                "a gateway ran with %d request-store shards (DMX_REQUEST_REDIS_SHARDS=%d here): "
+                "their streams are drained too",
+                seen,
+                settings.DMX_REQUEST_REDIS_SHARDS,
+            )
 
     async def refresh(self) -> None:
         """Reload routing's state (nodes, breakers, catalog, routing table) and rebuild the
@@ -195,6 +227,7 @@ class GatewayRuntime:
         try:
             async with asyncio.timeout(READINESS_REDIS_TIMEOUT_SECONDS):
                 await self.fast_redis.execute(b"PING")
+                await self.request_redis.execute(b"PING")
             redis = "ok"
         except (TimeoutError, RedisUnavailable, RespError, OSError) as exc:
             redis = f"error: {exc.__class__.__name__}"
@@ -223,8 +256,8 @@ class GatewayRuntime:
         while True:
             try:
                 if self.spool.pending():
-                    await replay(self.spool, self.redis, field=streams.FIELD)
-            except (RedisError, OSError) as exc:
+                    await replay(self.spool, self.request_redis, field=streams.FIELD)
+            except (RespError, OSError) as exc:
                 logger.warning("spooled entries wait: %s", exc)
             except Exception:
                 logger.exception("spool replay failed")

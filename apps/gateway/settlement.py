@@ -41,6 +41,7 @@ async def submit(state: CompletionState, runtime: GatewayRuntime | None) -> None
     decision = (
         state.dispatch.decision_entry(
             request_id=state.request_id,
+            tenant_id=state.key.tenant_id,
             created_at=state.received_at,
             intent=state.intent,
             intent_confidence=state.intent_confidence,

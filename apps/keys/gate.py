@@ -30,7 +30,7 @@ from apps.keys.ratelimit import Admission
 from apps.keys.selectors import key_record_load
 from dmxplatform.background import cancel_all
 from dmxplatform.redis_client import async_redis
-from dmxplatform.resp import RedisUnavailable, RespClient, RespError
+from dmxplatform.resp import ClusterRespClient, RedisUnavailable, RespClient, RespError
 from dmxplatform.responses import header
 from dmxplatform.spool import Spool
 
@@ -54,7 +54,15 @@ Entry = tuple[str, bytes]
 
 
 class KeyGate:
-    def __init__(self, redis: RespClient, *, spool: Spool) -> None:
+    def __init__(
+        self,
+        redis: RespClient,
+        request_redis: RespClient | ClusterRespClient,
+        *,
+        spool: Spool,
+    ) -> None:
+        """`redis`: the coordination Redis (the key cache); `request_redis`: the request store
+        (limits, leases, the ledger's streams)."""
         self._spool = spool
         # Database reads run through database_sync_to_async, which drops connections the server
         # closed (an outage, a failover) before and after each call; a plain thread would keep a
@@ -65,7 +73,7 @@ class KeyGate:
             ttl=settings.DMX_KEY_CACHE_TTL_SECONDS,
         )
         self.limiter = Limiter(
-            redis,
+            request_redis,
             LeaseBook(
                 requests=settings.DMX_ADMISSION_LEASE_REQUESTS,
                 ttl=settings.DMX_ADMISSION_LEASE_MS / 1000,
@@ -146,7 +154,7 @@ class KeyGate:
         Redis (RespClient.submit): a response sent after it cannot lose its record to a crash
         of this process. Redis's answer is awaited by Settlement.confirm, after the response,
         instead of holding it back a round trip."""
-        events = [(USAGE_STREAM.key(), usage.encode()), *entries]
+        events = [(USAGE_STREAM.of_tenant(usage.tenant_id).key(), usage.encode()), *entries]
         # A task of its own, so that a caller cancelled meanwhile (the client left, the time ran
         # out) cannot cancel the call halfway and drop the record: confirm() waits for it.
         call = asyncio.ensure_future(
@@ -160,8 +168,9 @@ class KeyGate:
         try:
             self._spool.append(entries)
         except OSError as exc:
+            usage_streams = {shard.key() for shard in USAGE_STREAM.shards()}
             for stream, payload in entries:
-                if stream == USAGE_STREAM.key():
+                if stream in usage_streams:
                     logger.error("%s %s", UNRECORDED, payload.decode())
             logger.error(
                 "request %s: stream entries neither in Redis nor spooled: %s", request_id, exc

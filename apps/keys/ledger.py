@@ -1,4 +1,5 @@
-"""The usage buffer: a Redis stream between the gateway and PostgreSQL.
+"""The usage buffer: Redis streams (one per request-store shard) between the gateway and
+PostgreSQL.
 
 The gateway appends one event per finished request (inside the settle script that
 apps.keys.limiter runs, so no database and no extra round trip on the hot path);
@@ -51,7 +52,3 @@ class UsageEvent(JsonRecord):
     # the request's spans belong to (when tracing is on).
     client_request_id: str = ""
     trace_id: str = ""
-
-
-def stream_key() -> str:
-    return USAGE_STREAM.key()

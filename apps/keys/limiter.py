@@ -13,7 +13,7 @@ import orjson
 from apps.keys.leases import MIN_LEASE_REQUESTS, Lease, LeaseBook
 from apps.keys.ratelimit import Admission, Meter, Rule
 from dmxplatform.metrics import gateway_admissions
-from dmxplatform.resp import RedisUnavailable, RespClient, Script
+from dmxplatform.resp import ClusterRespClient, RedisUnavailable, RespClient, Script
 
 _LUA = Path(__file__).parent / "lua"
 _VIA_LEASE = gateway_admissions.labels("lease")
@@ -21,7 +21,9 @@ _VIA_REDIS = gateway_admissions.labels("redis")
 
 
 class Limiter:
-    def __init__(self, redis: RespClient, leases: LeaseBook | None = None) -> None:
+    def __init__(
+        self, redis: RespClient | ClusterRespClient, leases: LeaseBook | None = None
+    ) -> None:
         self._redis = redis
         self._admit = Script((_LUA / "admit.lua").read_text())
         self._settle = Script((_LUA / "settle.lua").read_text())

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 from django.conf import settings
 from django.db import DatabaseError
 from prometheus_client.core import GaugeMetricFamily
-from redis.exceptions import RedisError
 
 from apps.keys.selectors import quota_status_all
 from dmxplatform.metrics import ScrapeTimeCollector
+from dmxplatform.redis_client import REDIS_ERRORS
 
 
 class QuotaCollector(ScrapeTimeCollector):
@@ -28,7 +28,7 @@ class QuotaCollector(ScrapeTimeCollector):
         )
         try:
             quotas = quota_status_all()
-        except (DatabaseError, RedisError):
+        except (DatabaseError, *REDIS_ERRORS):
             quotas = []  # an empty family rather than a failed scrape
         floor = settings.DMX_METRICS_QUOTA_MIN_RATIO
         for tenant, quota in quotas:

@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from apps.keys.choices import QuotaPeriod
 from apps.keys.keycache import KeyRecord, Limits
 from apps.keys.signing import REPLAY_TTL_SECONDS
-from dmxplatform.redis_client import rkey
+from dmxplatform.redis_client import tenant_rkey
 
 MINUTE_MS = 60_000
 # A concurrency slot whose request never settled (a gateway died) is freed after this long.
@@ -110,21 +110,35 @@ def period_bounds(period: str, now: datetime) -> tuple[str, datetime]:
     return start.strftime("%Y%m"), following
 
 
-def _minute_rules(scope: str, owner: int | str, limits: Limits) -> list[Rule]:
+def _minute_rules(tenant_id: int, scope: str, owner: int, limits: Limits) -> list[Rule]:
     rules = []
     if limits.requests_per_minute:
         rpm = limits.requests_per_minute
         rules.append(
-            Rule(Meter.REQUESTS, rkey("rl", scope, owner, "rpm"), "r", rpm, rpm / MINUTE_MS)
+            Rule(
+                Meter.REQUESTS,
+                tenant_rkey(tenant_id, "rl", scope, owner, "rpm"),
+                "r",
+                rpm,
+                rpm / MINUTE_MS,
+            )
         )
     if limits.tokens_per_minute:
         tpm = limits.tokens_per_minute
-        rules.append(Rule(Meter.TOKENS, rkey("rl", scope, owner, "tpm"), "r", tpm, tpm / MINUTE_MS))
+        rules.append(
+            Rule(
+                Meter.TOKENS,
+                tenant_rkey(tenant_id, "rl", scope, owner, "tpm"),
+                "r",
+                tpm,
+                tpm / MINUTE_MS,
+            )
+        )
     if limits.max_concurrent_requests:
         rules.append(
             Rule(
                 Meter.CONCURRENCY,
-                rkey("rl", scope, owner, "conc"),
+                tenant_rkey(tenant_id, "rl", scope, owner, "conc"),
                 "c",
                 limits.max_concurrent_requests,
                 SLOT_LEASE_MS,
@@ -133,9 +147,15 @@ def _minute_rules(scope: str, owner: int | str, limits: Limits) -> list[Rule]:
     return rules
 
 
+def quota_key(tenant_id: int, scope: str, owner: int, label: str, model: str) -> str:
+    """The counter of a tenant's or a key's (`scope`, `owner`) quota for the period `label`."""
+    return tenant_rkey(tenant_id, "quota", scope, owner, label, model or "*")
+
+
 def _build_rules(key: KeyRecord, model: str, moment: datetime) -> tuple[Rule, ...]:
-    rules = _minute_rules("t", key.tenant_id, key.tenant_limits)
-    rules += _minute_rules("k", key.id, key.key_limits)
+    # Every key carries the tenant's hash tag: one script touches them all (a cluster slot).
+    rules = _minute_rules(key.tenant_id, "t", key.tenant_id, key.tenant_limits)
+    rules += _minute_rules(key.tenant_id, "k", key.id, key.key_limits)
     for quota in key.quotas:
         if quota.model and quota.model != model:
             continue
@@ -145,7 +165,7 @@ def _build_rules(key: KeyRecord, model: str, moment: datetime) -> tuple[Rule, ..
         rules.append(
             Rule(
                 Meter.QUOTA,
-                rkey("quota", quota.scope, owner, label, quota.model or "*"),
+                quota_key(key.tenant_id, quota.scope, owner, label, quota.model),
                 "q",
                 quota.tokens,
                 ttl_ms,
@@ -173,6 +193,12 @@ def rules_for(
     if nonce is not None:
         rules = (
             *rules,
-            Rule(Meter.NONCE, rkey("nonce", key.key_id, nonce), "n", 0, REPLAY_TTL_SECONDS * 1000),
+            Rule(
+                Meter.NONCE,
+                tenant_rkey(key.tenant_id, "nonce", key.key_id, nonce),
+                "n",
+                0,
+                REPLAY_TTL_SECONDS * 1000,
+            ),
         )
     return rules

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
+from typing import NamedTuple
 
 from django.db import connections
 from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery, Sum
@@ -24,10 +25,10 @@ from apps.keys.models import (
     UsageDaily,
     UsageRecord,
 )
-from apps.keys.ratelimit import period_bounds
+from apps.keys.ratelimit import period_bounds, quota_key
 from dmxplatform import credentials
 from dmxplatform.aggregates import Percentile, percentile
-from dmxplatform.redis_client import rkey, sync_redis
+from dmxplatform.redis_client import request_mget
 
 
 def _limits(source: RateLimits | None) -> Limits:
@@ -280,47 +281,55 @@ class QuotaStatus:
         return max(self.limit - self.used, 0)
 
 
-# What quota_status reads: (scope, key id, owner id, period, model, limit) per quota.
-_Wanted = tuple[str, str, int, str, str, int]
+class _Wanted(NamedTuple):
+    """A quota quota_status reads."""
+
+    tenant_id: int
+    scope: str
+    key_id: str  # as in QuotaStatus
+    owner: int  # the tenant's or the key's id
+    period: str
+    model: str
+    limit: int
 
 
 def _plan_quotas(tenant: Tenant) -> list[_Wanted]:
     if tenant.plan is None:
         return []
     return [
-        ("tenant", "", tenant.id, quota.period, quota.model, quota.tokens)
+        _Wanted(tenant.id, "tenant", "", tenant.id, quota.period, quota.model, quota.tokens)
         for quota in tenant.plan.quotas.all()
     ]
 
 
 def _key_quota(key: ApiKey) -> _Wanted:
-    return ("key", key.key_id, key.id, key.token_quota_period, "", key.token_quota)
+    return _Wanted(
+        key.tenant_id, "key", key.key_id, key.id, key.token_quota_period, "", key.token_quota
+    )
 
 
 def _quotas_used(wanted: list[_Wanted], moment: datetime) -> list[QuotaStatus]:
-    """The quotas with what each has used this period (one MGET)."""
+    """The quotas with what each has used this period (one MGET per request-store slot)."""
     if not wanted:
         return []
-    bounds = [period_bounds(period, moment) for _, _, _, period, _, _ in wanted]
-    used = sync_redis().mget(
+    bounds = [period_bounds(quota.period, moment) for quota in wanted]
+    used = request_mget(
         [
-            rkey("quota", scope, owner, label, model or "*")
-            for (scope, _, owner, _, model, _), (label, _) in zip(wanted, bounds, strict=True)
+            quota_key(quota.tenant_id, quota.scope, quota.owner, label, quota.model)
+            for quota, (label, _) in zip(wanted, bounds, strict=True)
         ]
     )
     return [
         QuotaStatus(
-            scope=scope,
-            key_id=key_id,
-            period=period,
-            model=model,
-            limit=limit,
+            scope=quota.scope,
+            key_id=quota.key_id,
+            period=quota.period,
+            model=quota.model,
+            limit=quota.limit,
             used=int(count or 0),
             resets_at=end,
         )
-        for (scope, key_id, _, period, model, limit), (_, end), count in zip(
-            wanted, bounds, used, strict=True
-        )
+        for quota, (_, end), count in zip(wanted, bounds, used, strict=True)
     ]
 
 

@@ -37,7 +37,7 @@ from apps.keys.models import (
 from apps.keys.selectors import key_record_from_row
 from apps.keys.signing import signing_secret_issue
 from dmxplatform import credentials, streams
-from dmxplatform.redis_client import sync_redis
+from dmxplatform.redis_client import request_redis, sync_redis
 
 logger = logging.getLogger(__name__)
 
@@ -588,9 +588,11 @@ def usage_replay(lines: Iterable[str]) -> tuple[int, int]:
             events.append(ledger.UsageEvent.decode(raw.strip()))
         except (ValueError, TypeError):  # orjson's JSONDecodeError is a ValueError
             unreadable += 1
-    pipe = sync_redis().pipeline(transaction=False)
+    pipe = request_redis().pipeline(transaction=False)
     for event in events:
-        pipe.xadd(ledger.stream_key(), {streams.FIELD: event.encode()})
+        pipe.xadd(
+            ledger.USAGE_STREAM.of_tenant(event.tenant_id).key(), {streams.FIELD: event.encode()}
+        )
     pipe.execute()
     return len(events), unreadable
 
@@ -608,8 +610,11 @@ def _log_message(line: str) -> str:
     return line
 
 
-def usage_flush(*, consumer: str = "flusher", batch_size: int = streams.BATCH) -> int:
-    """Move buffered usage events into PostgreSQL; return how many left the buffer."""
-    return streams.drain(
-        ledger.USAGE_STREAM, _usage_store, consumer=consumer, batch_size=batch_size
+def usage_flush(
+    *, shard: int | None = None, consumer: str = "flusher", batch_size: int = streams.BATCH
+) -> int:
+    """Move buffered usage events (of one shard's stream, or of all) into PostgreSQL; return
+    how many left the buffer."""
+    return streams.flush(
+        ledger.USAGE_STREAM, _usage_store, shard=shard, consumer=consumer, batch_size=batch_size
     )

@@ -11,6 +11,7 @@ or a success on a node with failures), so healthy traffic costs no Redis write.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from enum import StrEnum
@@ -19,7 +20,9 @@ from pathlib import Path
 from django.conf import settings
 
 from dmxplatform.redis_client import rkey
-from dmxplatform.resp import RespClient, Script
+from dmxplatform.resp import ClusterRespClient, RedisUnavailable, RespClient, RespError, Script
+
+logger = logging.getLogger(__name__)
 
 _LUA = (Path(__file__).parent / "lua" / "breaker.lua").read_text()
 
@@ -30,12 +33,16 @@ class BreakerState(StrEnum):
     HALF_OPEN = "half_open"
 
 
+# In the request store, in one hash slot: breaker.lua writes both keys in one call.
+_TAG = "{breakers}"
+
+
 def breakers_key() -> str:
-    return rkey("breakers")
+    return rkey(_TAG)
 
 
 def probe_key(node_id: int) -> str:
-    return rkey("breaker-probe", node_id)
+    return rkey(_TAG, "probe", node_id)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,13 +112,21 @@ def slow_first_token(
 class BreakerBoard:
     """One gateway process's view of every breaker, and the writes that change them."""
 
-    def __init__(self, redis: RespClient) -> None:
+    def __init__(self, redis: RespClient | ClusterRespClient) -> None:
         self._redis = redis
         self._record = Script(_LUA)
         self._breakers: dict[int, Breaker] = {}
 
-    def replace(self, raw: dict[bytes, bytes]) -> None:
-        self._breakers = {int(node): Breaker.parse(value) for node, value in raw.items()}
+    async def refresh(self) -> None:
+        """Reload every breaker (with the gateway's periodic state refresh); keep the last
+        ones read while the request store does not answer, which must not make the fleet's
+        state look stale (on a cluster, one master of many holds the breakers)."""
+        try:
+            raw = await self._redis.execute(b"HGETALL", breakers_key())
+        except (RedisUnavailable, RespError) as exc:
+            logger.warning("breakers not refreshed: %s", exc)
+            return
+        self._breakers = {int(raw[i]): Breaker.parse(raw[i + 1]) for i in range(0, len(raw), 2)}
 
     def get(self, node_id: int) -> Breaker:
         return self._breakers.get(node_id, CLOSED)

@@ -28,7 +28,6 @@ from typing import Generic, TypeVar
 from channels.db import database_sync_to_async
 from django.conf import settings
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
 
 from apps.hardware.nodestate import NodeSnapshot, fleet_key
 from apps.keys.ledger import MODEL_CHARS
@@ -39,7 +38,6 @@ from apps.models.services import CATALOG_VERSION_KEY
 from apps.routing.breaker import (
     BreakerBoard,
     BreakerState,
-    breakers_key,
     slow_first_token,
     slow_limit_ms,
 )
@@ -62,7 +60,7 @@ from dmxplatform.errors import (
 )
 from dmxplatform.records import storable_text
 from dmxplatform.redis_client import rkey
-from dmxplatform.resp import RespClient
+from dmxplatform.resp import ClusterRespClient, RespClient, RespError
 from dmxplatform.stages import Stage, StageClock
 
 __all__ = ["Dispatch", "Dispatcher", "NodeFailed", "NodeSnapshot", "RouteRequest"]
@@ -92,7 +90,8 @@ class NodeFailed(Exception):
 
 
 class Dispatcher:
-    def __init__(self, redis: RespClient) -> None:
+    def __init__(self, redis: RespClient | ClusterRespClient) -> None:
+        """`redis`: the request store's client (breakers)."""
         self.catalog = Catalog()
         self.table = RoutingTable()
         self.fleet = FleetView(stale_after=settings.DMX_NODE_STALE_SECONDS)
@@ -106,17 +105,17 @@ class Dispatcher:
         self.fleet_read_at: float | None = None
 
     async def refresh(self, redis: Redis) -> None:
-        """Reload node state and breakers; rebuild the catalog and the routing table when their
-        versions moved (off the event loop: they read the database)."""
+        """Reload node state (from the coordination Redis) and breakers (from the request
+        store); rebuild the catalog and the routing table when their versions moved (off the
+        event loop: they read the database)."""
         pipe = redis.pipeline(transaction=False)
         pipe.hgetall(fleet_key())
-        pipe.hgetall(breakers_key())
         pipe.get(rkey(*CATALOG_VERSION_KEY))
         pipe.get(rkey(*ROUTING_TABLE_VERSION_KEY))
-        nodes, breakers, catalog_version, table_version = await pipe.execute()
+        nodes, catalog_version, table_version = await pipe.execute()
+        await self.breakers.refresh()
         self.fleet_read_at = time.monotonic()
         self.fleet.replace(nodes)
-        self.breakers.replace(breakers)
         self.queues.wake_all()  # fresh state may have room for whoever waits
         table_version = int(table_version or 0)
         if table_version != self.table.version:
@@ -190,7 +189,7 @@ class Dispatcher:
         )
         try:
             await self.breakers.record(node.id, failed=failed or slow)
-        except (RedisError, OSError) as exc:
+        except (RespError, OSError) as exc:  # RedisUnavailable is an OSError
             logger.warning("breaker of node %s not updated: %s", node.name, exc)
 
     def _healthy_alternatives(self, node: NodeSnapshot) -> int:
@@ -388,13 +387,14 @@ class Dispatch:
         self,
         *,
         request_id: str,
+        tenant_id: int,
         created_at: float,
         intent: str,
         intent_confidence: float | None = None,
         intent_low_confidence: bool = False,
     ) -> tuple[str, bytes] | None:
-        """The decision for its log stream (stream key, entry): always when it found no node,
-        else if sampled."""
+        """The decision for its log stream (the tenant's stream key, entry): always when it
+        found no node, else if sampled."""
         decision = self.decision
         if decision is None or (decision.node is not None and not self._dispatcher.sampler.keep()):
             return None
@@ -415,4 +415,4 @@ class Dispatch:
             intent_confidence=intent_confidence,
             intent_low_confidence=intent_low_confidence,
         )
-        return DECISION_STREAM.key(), event.encode()
+        return DECISION_STREAM.of_tenant(tenant_id).key(), event.encode()

@@ -13,14 +13,13 @@ from typing import Any
 
 from django.conf import settings
 from prometheus_client.core import GaugeMetricFamily, StateSetMetricFamily
-from redis.exceptions import RedisError
 
 from apps.hardware.nodestate import NodeSnapshot, now
 from apps.hardware.resources import node_view
 from apps.hardware.selectors import fleet_read_decode, fleet_read_queue
 from apps.routing.breaker import CLOSED, Breaker, BreakerState, breakers_key
 from dmxplatform.metrics import ScrapeTimeCollector
-from dmxplatform.redis_client import sync_redis
+from dmxplatform.redis_client import REDIS_ERRORS, request_redis, sync_redis
 
 _NODE = ["node", "model", "status"]
 _GPU = ["node", "gpu"]
@@ -34,12 +33,11 @@ def _gauge(name: str, documentation: str, labels: list[str]) -> GaugeMetricFamil
 class FleetCollector(ScrapeTimeCollector):
     def collect(self) -> Iterator[GaugeMetricFamily | StateSetMetricFamily]:
         try:
-            # The breakers with the fleet, in one round trip.
+            breakers_raw = request_redis().hgetall(breakers_key())
             pipe = sync_redis().pipeline(transaction=False)
-            pipe.hgetall(breakers_key())
             fleet_read_queue(pipe)
-            breakers_raw, *fleet_replies = pipe.execute()
-        except RedisError:
+            fleet_replies = pipe.execute()
+        except REDIS_ERRORS:
             return  # no figures rather than a failed scrape; Redis has its own alerts
         fleet = fleet_read_decode(*fleet_replies)
         nodes = list(fleet.snapshots.values())

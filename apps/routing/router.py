@@ -67,7 +67,9 @@ PREDICTION_SLACK_SECONDS = 0.5
 # The queue score weighs a second of predicted decoding this much against a second of waiting for
 # the first token: a user sees the first token's delay whole, and a slow stream less, but a node
 # that decodes ten times slower still holds its requests (and their KV cache) ten times longer.
-DECODE_SECONDS_WEIGHT = 0.25
+# On the Mooncake replay (README) 0.5 gives the best end-to-end tail at every load with the best
+# TTFT still; 0.25 left long generations on slow decoders (e2e p95 25 s at 95% load, 12 at 0.5).
+DECODE_SECONDS_WEIGHT = 0.5
 # The affinity of a prompt no node holds any of for the node its hash makes its home: going
 # there saves nothing now (only later prompts sharing it find it there), so the home breaks
 # near-ties between nodes and never outweighs a shorter predicted wait elsewhere.
@@ -211,7 +213,6 @@ class _Context:
     request: RouteRequest | None = None
     versions: frozenset[int] = frozenset()
     affinity_node: int | None = None
-    best_latency: float | None = None
     best_cost: float | None = None
     latency: dict[int, float | None] = field(default_factory=dict)
     cost: dict[int, float | None] = field(default_factory=dict)
@@ -259,11 +260,16 @@ def _temperature_score(ctx: _Context, node: NodeSnapshot) -> float:
 
 
 def _latency_score(ctx: _Context, node: NodeSnapshot) -> float:
+    """The node's P95 end-to-end latency against the model's SLA. Without an SLA there is
+    nothing to judge it by: the nodes' P95s are not compared with each other, since they say
+    more about the work each was given (a node that served long generations in the window had
+    a P95 many times another's, and once took none of the short requests two idle nodes should
+    share); a node's speed is the queue score's, from its measured rates."""
     p95 = ctx.latency.get(node.id)
-    if p95 is None:
+    target = ctx.model.sla_latency_p95_ms
+    if p95 is None or not target or p95 <= 0:
         return 1.0  # no evidence against the node
-    target = ctx.model.sla_latency_p95_ms or ctx.best_latency
-    return min(1.0, target / p95) if p95 > 0 else 1.0
+    return min(1.0, target / p95)
 
 
 def _cost_score(ctx: _Context, node: NodeSnapshot) -> float:
@@ -540,11 +546,10 @@ class Router:
             model=model,
         )
         for node in nodes:
-            ctx.latency[node.id] = node_latency_p95(self.stats, node)
+            if model.sla_latency_p95_ms:  # nothing to judge a node's latency by otherwise
+                ctx.latency[node.id] = node_latency_p95(self.stats, node)
             ctx.cost[node.id] = cost_per_1k_tokens(node)
-        latencies = [p for p in ctx.latency.values() if p]
         costs = [c for c in ctx.cost.values() if c]
-        ctx.best_latency = min(latencies) if latencies else None
         ctx.best_cost = min(costs) if costs else None
         standing = []
         for node in nodes:

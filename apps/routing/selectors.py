@@ -20,7 +20,7 @@ from apps.models.models import ModelVersion
 from apps.routing.breaker import Breaker, BreakerState, breakers_key
 from apps.routing.models import Canary, RoutingDecision, RoutingRule
 from apps.routing.table import Route, RoutingTable
-from dmxplatform.redis_client import sync_redis
+from dmxplatform.redis_client import request_redis
 
 
 def routing_table_load(*, version: int) -> RoutingTable:
@@ -117,7 +117,7 @@ def node_breakers() -> dict[int, BreakerView]:
     in it has a closed breaker (CLOSED_BREAKER)."""
     moment = now()
     breakers = {}
-    for node, raw in sync_redis().hgetall(breakers_key()).items():
+    for node, raw in request_redis().hgetall(breakers_key()).items():
         breaker = Breaker.parse(raw)
         breakers[int(node)] = BreakerView(
             state=breaker.current(moment, settings.DMX_BREAKER_COOLDOWN_SECONDS),

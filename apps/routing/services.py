@@ -35,7 +35,7 @@ from apps.routing.selectors import (
 )
 from dmxplatform import streams
 from dmxplatform.audit.entries import audit_changed, audited_update
-from dmxplatform.redis_client import rkey, sync_redis
+from dmxplatform.redis_client import request_redis, rkey, sync_redis
 
 ROUTING_TABLE_VERSION_KEY = ("routing", "version")
 # A rule's new weight moves halfway from the old to what the figures say: one bad night cannot
@@ -65,7 +65,7 @@ def routing_rule_delete(*, rule: RoutingRule) -> None:
 
 def breaker_reset(*, node_id: int) -> None:
     """Close a node's breaker by hand; gateways pick it up at their next refresh."""
-    client = sync_redis()
+    client = request_redis()
     raw = client.hget(breakers_key(), str(node_id))
     client.hdel(breakers_key(), str(node_id))
     client.delete(probe_key(node_id))
@@ -235,9 +235,9 @@ def _decision_store(pairs: list[tuple[bytes, bytes]]) -> dict[bytes, str]:
     return unreadable
 
 
-def decisions_flush() -> int:
-    """Move buffered routing decisions into the database."""
-    return streams.drain(DECISION_STREAM, _decision_store)
+def decisions_flush(*, shard: int | None = None) -> int:
+    """Move buffered routing decisions (of one shard's stream, or of all) into the database."""
+    return streams.flush(DECISION_STREAM, _decision_store, shard=shard)
 
 
 def decisions_prune(*, older_than_days: int) -> int:

@@ -8,12 +8,15 @@ from apps.routing.services import (
     decisions_prune,
     weights_recompute,
 )
-from dmxplatform.celery import Queue
+from dmxplatform import streams
+from dmxplatform.celery import Queue, fan_out_shards
 
 
 @shared_task(queue=Queue.LEDGER, time_limit=60, soft_time_limit=50, expires=30, ignore_result=True)
-def decisions_flush_task() -> int:
-    return decisions_flush()
+def decisions_flush_task(shard: int | None = None) -> int:
+    if shard is None and fan_out_shards(decisions_flush_task, streams.shards_in_use()):
+        return 0
+    return decisions_flush(shard=shard)
 
 
 @shared_task(queue=Queue.DEFAULT, time_limit=3600, soft_time_limit=3500, ignore_result=True)

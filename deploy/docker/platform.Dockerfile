@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1.7
 # The platform image: one image, four roles chosen by the command (deploy/kubernetes/base):
 #   gateway     python -m dmxplatform.serve --host 0.0.0.0 --port 8000   (the default)
-#   worker      celery -A dmxplatform worker --queues default,ledger,fleet
+#   worker      celery -A dmxplatform worker --queues default,ledger,fleet --without-gossip --without-mingle --without-heartbeat
 #   beat        celery -A dmxplatform beat --schedule /tmp/celerybeat-schedule
 #   migrations  python manage.py migrate --noinput
 # Build from the repository root:

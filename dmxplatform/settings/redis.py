@@ -1,9 +1,24 @@
-"""Redis: limits, counters, caches, the usage buffer, the Celery broker and the channel layer."""
+"""Redis: two roles, one server by default.
 
-from dmxplatform.env import BASE_DIR, env_bool, env_float, env_str
+The coordination Redis (REDIS_URL): caches, fleet and catalog state, pub/sub, the Celery broker
+and the channel layer; its load grows with gateways and nodes, not with requests. The request
+store (DMX_REQUEST_REDIS_URL): what every request reads and writes (limits, leases, replay
+nonces, breakers, the usage and decision streams); it may be a Redis Cluster.
+"""
+
+from dmxplatform.env import BASE_DIR, env_bool, env_float, env_int, env_str
 from dmxplatform.settings.base import DEBUG
 
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+DMX_REQUEST_REDIS_URL = env_str("DMX_REQUEST_REDIS_URL", REDIS_URL)
+# On, DMX_REQUEST_REDIS_URL names a Redis Cluster's seed nodes: redis://host:port,host:port.
+DMX_REQUEST_REDIS_CLUSTER = env_bool("DMX_REQUEST_REDIS_CLUSTER", False)
+# Tenants are spread over this many hash slots (a tenant's keys share one, so that one request's
+# scripts never cross slots), and the usage and decision streams over as many streams, drained
+# in parallel. On a cluster, several per master (64 for up to a dozen masters). Changing it
+# moves some tenants' limits to fresh counters once; lower it only once the streams of the
+# shards above the new number are drained (nothing drains those any more).
+DMX_REQUEST_REDIS_SHARDS = env_int("DMX_REQUEST_REDIS_SHARDS", 1, minimum=1)
 # Every key this platform writes starts with this, so that several deployments (or the test
 # suite) can share one Redis server.
 DMX_REDIS_PREFIX = env_str("DMX_REDIS_PREFIX", "dmx")

@@ -11,9 +11,9 @@ from django.utils import timezone
 from apps.hardware.nodestate import fleet_key
 from apps.keys.choices import QuotaPeriod
 from apps.keys.models import Plan, PlanQuota
-from apps.keys.ratelimit import period_bounds
+from apps.keys.ratelimit import period_bounds, quota_key
 from apps.models.models import LlmModel
-from dmxplatform.redis_client import rkey, sync_redis
+from dmxplatform.redis_client import sync_redis
 from tests.api.conftest import API, error_of, record_usage
 from tests.keys.factories import make_api_key
 from tests.models.factories import make_model
@@ -137,7 +137,7 @@ def test_quotas_say_what_remains(member):
     tenant.save()
     key, _ = make_api_key(tenant, token_quota=300, token_quota_period=QuotaPeriod.DAY)
     month, _ = period_bounds(QuotaPeriod.MONTH, timezone.now())
-    sync_redis().set(rkey("quota", "tenant", tenant.id, month, "*"), 250)
+    sync_redis().set(quota_key(tenant.id, "tenant", tenant.id, month, ""), 250)
     response = member.client.get(f"{API}/quotas")
     assert response.status_code == 200
     found = {(q["scope"], q["period"]): q for q in response.json()}

@@ -50,3 +50,22 @@ def test_quick_large_prompt_benchmark_refuses_one_size_and_serves_the_other():
     assert phases["refused"]["large"]["code"] == "context_length_exceeded"
     assert set(phases["refused"]["large"]["statuses"]) == {"400"}
     assert set(phases["counted, no small requests"]["large"]["statuses"]) == {"200"}
+
+
+def test_redis_client_benchmark_runs_each_client_against_its_own_cluster():
+    result = subprocess.run(
+        [sys.executable, "bench/redis_clients.py", "--calls", "640", "--rounds", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = dict(re.findall(r"^\| (one Redis: .+|cluster: .+) \| ([\d.]+) \|$", result.stdout, re.M))
+    assert set(rows) == {
+        "one Redis: RespClient",
+        "one Redis: redis-py asyncio Redis",
+        "cluster: ClusterRespClient",
+        "cluster: redis-py asyncio RedisCluster",
+    }
+    assert all(float(value) > 0 for value in rows.values())

@@ -108,7 +108,7 @@ def decision(request_id: str, **fields) -> None:
     )
     for name, value in fields.items():
         setattr(event, name, value)
-    sync_redis().xadd(DECISION_STREAM.key(), {streams.FIELD: event.encode()})
+    sync_redis().xadd(DECISION_STREAM.shard(0).key(), {streams.FIELD: event.encode()})
     assert decisions_flush() == 1
 
 

@@ -137,7 +137,7 @@ def test_usage_replay_reads_the_usage_a_gateway_logged_as_json(private_redis):
     journal = f"Dec 01 18:02:11 host dmx-gateway[4242]: {line}"
     assert usage_replay([line]) == (1, 0)
     assert usage_replay([journal]) == (1, 0)
-    entries = sync_redis().xrange(ledger.stream_key())
+    entries = sync_redis().xrange(ledger.USAGE_STREAM.shard(0).key())
     assert len(entries) == 2
     for _, fields in entries:
         replayed = ledger.UsageEvent.decode(next(iter(fields.values())))

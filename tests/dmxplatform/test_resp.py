@@ -1,6 +1,7 @@
 """The request path's Redis client against a real server."""
 
 import asyncio
+import socket
 import uuid
 
 import pytest
@@ -8,6 +9,7 @@ from django.conf import settings
 
 from dmxplatform.redis_client import resp_client, sync_redis
 from dmxplatform.resp import RedisUnavailable, RespClient, RespError, Script, _Protocol, pack
+from tests.faults import OwnRedis
 from tests.stack import wait_for
 
 
@@ -84,6 +86,65 @@ def test_nobody_listening_is_unavailable():
         client = RespClient("redis://127.0.0.1:1/0", timeout=0.5)
         with pytest.raises(RedisUnavailable):
             await client.execute("PING")
+
+    run(scenario)
+
+
+@pytest.fixture
+def dropping_server():
+    """A loopback address whose SYNs are dropped, as a server behind a network that loses
+    packets: a listener with a full accept queue (Linux drops a SYN the queue has no room for,
+    rather than refusing it), so a connect to it times out."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    queued = []
+    for _ in range(16):  # fill the queue until a connect is left hanging
+        sock = socket.socket()
+        sock.settimeout(0.2)
+        queued.append(sock)
+        try:
+            sock.connect(listener.getsockname())
+        except TimeoutError:
+            break
+    else:
+        raise AssertionError("the kernel accepted 16 connects into a queue of one")
+    host, port = listener.getsockname()
+    yield f"redis://{host}:{port}/0"
+    for sock in queued:
+        sock.close()
+    listener.close()
+
+
+def test_a_connect_that_timed_out_fails_the_next_calls_at_once_for_one_timeout(dropping_server):
+    async def scenario(_):
+        client = RespClient(dropping_server, timeout=0.5)
+        with pytest.raises(RedisUnavailable, match="cannot connect"):
+            await client.execute("PING")  # waited the timeout for a connect
+        with pytest.raises(RedisUnavailable, match="a connect just failed"):
+            await client.execute("PING")  # did not wait: the window holds it off
+        await asyncio.sleep(0.6)
+        with pytest.raises(RedisUnavailable, match="cannot connect"):
+            await client.execute("PING")  # the window is over: it tried to connect again
+
+    run(scenario)
+
+
+def test_a_refused_connect_holds_nobody_off(tmp_path):
+    """Redis restarting refuses connects until it listens: the first call after it is back is
+    served, not turned away by an earlier refusal."""
+    server = OwnRedis(tmp_path, appendonly=False)
+
+    async def scenario(_):
+        client = RespClient(server.url, timeout=0.5)
+        with pytest.raises(RedisUnavailable, match="cannot connect"):
+            await client.execute("PING")
+        server.start()
+        try:
+            assert await client.execute("PING") == b"PONG"
+        finally:
+            await client.close()
+            server.kill()
 
     run(scenario)
 

@@ -6,13 +6,15 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+import socket
 import subprocess
 import sys
 
 import pytest
 
 from dmxplatform import spool as spool_module
-from dmxplatform.redis_client import async_redis, rkey, sync_redis
+from dmxplatform.redis_client import request_resp_client, rkey, sync_redis
+from dmxplatform.resp import RedisUnavailable, RespClient
 from dmxplatform.spool import ACTIVE, READY, Spool, replay
 
 FIELD = b"e"
@@ -23,13 +25,13 @@ def _own_redis_keys(private_redis):
     """These tests' Redis keys are their own (tests/conftest.py)."""
 
 
-def run_replay(spool: Spool) -> int:
+def run_replay(spool: Spool, redis: RespClient | None = None) -> int:
     async def main() -> int:
-        redis = async_redis()
+        client = redis or request_resp_client()
         try:
-            return await replay(spool, redis, field=FIELD)
+            return await replay(spool, client, field=FIELD)
         finally:
-            await redis.aclose()
+            await client.close()
 
     return asyncio.run(main())
 
@@ -94,27 +96,18 @@ def test_a_live_process_keeps_its_file_and_a_dead_ones_is_taken_over(tmp_path):
     assert entries() == [b'{"n": 9}']
 
 
-def test_a_redis_error_leaves_the_file_for_the_next_try(tmp_path, monkeypatch):
+def test_a_redis_error_leaves_the_file_for_the_next_try(tmp_path):
     spool = Spool(tmp_path)
     spool.append([(stream(), b'{"n": 1}')])
 
-    async def main() -> None:
-        broken = async_redis()
-        monkeypatch.setattr(broken, "pipeline", _refusing_pipeline)
-        try:
-            await replay(spool, broken, field=FIELD)
-        finally:
-            await broken.aclose()
-
-    with pytest.raises(ConnectionError):
-        asyncio.run(main())
+    with socket.socket() as unused:  # a port nobody listens on: Redis is away
+        unused.bind(("127.0.0.1", 0))
+        away = RespClient(f"redis://127.0.0.1:{unused.getsockname()[1]}", timeout=1.0)
+    with pytest.raises(RedisUnavailable):
+        run_replay(spool, away)
     assert spool.pending()
     assert run_replay(spool) == 1
     assert entries() == [b'{"n": 1}']
-
-
-def _refusing_pipeline(*args, **kwargs):
-    raise ConnectionError("Redis is away")
 
 
 def test_a_process_holds_the_lock_on_its_own_file(tmp_path):

@@ -254,6 +254,9 @@ def test_what_responses_cannot_do_is_a_400_naming_it(extra, param):
     with pytest.raises(InvalidRequestError) as raised:
         parse(Endpoint.RESPONSES, {"model": "m", "input": "hi", **extra})
     assert raised.value.param == param
+    # The message names what the client sent, never the chat field it was translated into.
+    assert "max_completion_tokens" not in raised.value.message
+    assert "'messages" not in raised.value.message
 
 
 # -- Messages -----------------------------------------------------------------------------------

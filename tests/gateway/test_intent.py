@@ -548,13 +548,14 @@ def test_the_confidence_and_the_low_confidence_route_are_in_the_usage_record_and
     stream, entry = Dispatch.decision_entry(
         dispatch,
         request_id=unsure.request_id,
+        tenant_id=7,
         created_at=unsure.received_at,
         intent=unsure.intent,
         intent_confidence=unsure.intent_confidence,
         intent_low_confidence=unsure.intent_low_confidence,
     )
     logged = DecisionEvent.decode(entry)
-    assert stream == DECISION_STREAM.key()
+    assert stream == DECISION_STREAM.of_tenant(7).key()
     assert (logged.intent, logged.intent_confidence, logged.intent_low_confidence) == (
         "code",
         confidence,

@@ -65,7 +65,12 @@ def test_sigterm_drains_in_flight_requests_then_reports_down(platform, committed
     """Run after the kill test: bring dmx-tiny-b back, then stop it gracefully mid-request."""
     import threading
 
-    worker = platform.stack.start_worker(model_name="dmx-tiny-b", node_token=platform.node_token)
+    # A drain long enough for 1,200 tokens on a loaded CI machine (three engines on two cores
+    # have taken over 10 s): the test is of draining, not of the drain's time limit.
+    drain = 120
+    worker = platform.stack.start_worker(
+        model_name="dmx-tiny-b", node_token=platform.node_token, drain_timeout=drain
+    )
     platform.workers["dmx-tiny-b"] = worker
     wait_until_served(platform, "dmx-tiny-b", worker)
 
@@ -92,8 +97,8 @@ def test_sigterm_drains_in_flight_requests_then_reports_down(platform, committed
         interval=0.05,
         what="the request to start",
     )
-    worker.stop()  # SIGTERM
-    thread.join(timeout=60)
+    worker.stop(timeout=drain + 20)  # SIGTERM, and waits for the worker to exit
+    thread.join(timeout=30)
 
     reply = result["reply"]
     assert reply.status == 200, reply.body  # the in-flight request finished

@@ -13,7 +13,7 @@ from apps.gateway.schemas import Endpoint
 from apps.gateway.state import CompletionState
 from apps.keys.gate import KeyGate
 from dmxplatform.errors import RateLimitError, ServiceUnavailableError
-from dmxplatform.redis_client import resp_client
+from dmxplatform.redis_client import request_resp_client, resp_client
 from dmxplatform.spool import Spool, read_entries
 from tests.keys.factories import make_key_record
 
@@ -40,7 +40,8 @@ class FakeRuntime:
     """A runtime whose keys gate settles over SlowLimiter (and spools for real)."""
 
     def __init__(self, limiter, spool) -> None:
-        self.gate = KeyGate(resp_client(), spool=spool)  # connects on first use: never here
+        # Connect on first use: never here.
+        self.gate = KeyGate(resp_client(), request_resp_client(), spool=spool)
         self.gate.limiter = limiter
 
 

@@ -162,7 +162,7 @@ def _load_shed(response) -> bool:
 @pytest.fixture(scope="module")
 def dead_letters_before(platform) -> str:
     """The id of the last entry parked in the ledger's dead-letter stream before the fuzzing."""
-    last = sync_redis().xrevrange(ledger.USAGE_STREAM.dead_letter_key(), count=1)
+    last = sync_redis().xrevrange(ledger.USAGE_STREAM.shard(0).dead_letter_key(), count=1)
     return last[0][0].decode() if last else "0-0"
 
 
@@ -237,11 +237,11 @@ def test_found_by_fuzzing(platform, dead_letters_before, path, body):
 def test_usage_ledger_still_drains(platform, dead_letters_before):
     client = sync_redis()
     wait_for(
-        lambda: client.xlen(ledger.stream_key()) == 0,
+        lambda: client.xlen(ledger.USAGE_STREAM.shard(0).key()) == 0,
         timeout=30,
         interval=0.25,
         what="the usage stream to drain after the fuzzing",
     )
-    dead_key = ledger.USAGE_STREAM.dead_letter_key()
+    dead_key = ledger.USAGE_STREAM.shard(0).dead_letter_key()
     parked = client.xrange(dead_key, min=f"({dead_letters_before}")
     assert not parked, f"usage entries parked in {dead_key}: {parked[:5]}"

@@ -54,6 +54,51 @@ def test_a_launched_child_is_told_when_its_parent_dies_however_it_dies():
     wait_for(lambda: gone(child), timeout=10, what="the child to be told and end")
 
 
+def test_a_launched_engine_runs_below_the_workers_cpu_priority_and_so_do_its_children():
+    """DMX_ENGINE_NICE: vLLM and the processes it starts (its engine core) run that much below
+    the worker, so that on a CPU node they cannot starve its heartbeats."""
+    script = (
+        "import os, subprocess, sys; "
+        "child = subprocess.run([sys.executable, '-c', 'import os; print(os.nice(0))'], "
+        "capture_output=True, text=True); "
+        "print(os.nice(0), child.stdout.strip())"
+    )
+    launched = subprocess.run(
+        proctree.launch_argv([PYTHON, "-c", script], nice=7),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert launched.returncode == 0, launched.stderr
+    mine = os.nice(0)
+    assert launched.stdout.split() == [str(mine + 7), str(mine + 7)]
+
+
+def test_an_engine_in_a_session_of_its_own_runs_its_whole_autogroup_below_the_workers():
+    """The worker starts vLLM in a session of its own, which the kernel schedules as an
+    autogroup of its own: the group's nice is what counts against other sessions' processes.
+    A launched process that shares its parent's session leaves the session's group alone."""
+    show = [PYTHON, "-c", "print(open('/proc/self/autogroup').read().split()[-1])"]
+    alone = subprocess.run(
+        proctree.launch_argv(show, nice=7),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        start_new_session=True,
+    )
+    assert alone.returncode == 0, alone.stderr
+    assert alone.stdout.strip() == "7"
+    mine = Path("/proc/self/autogroup").read_text()
+    shared = subprocess.run(
+        proctree.launch_argv(show, nice=7), cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert shared.returncode == 0, shared.stderr
+    assert shared.stdout.strip() == mine.split()[-1]
+    assert Path("/proc/self/autogroup").read_text() == mine
+
+
 def _cmdline(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")

@@ -44,3 +44,15 @@ def test_the_node_token_is_never_taken_from_the_command_line(monkeypatch, capsys
     with pytest.raises(SystemExit):
         parse_args(["--model", "m"])
     assert "a node token is required" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value", ["-5", "20", "ten"])
+def test_an_engine_niceness_vllm_could_not_take_is_refused_at_once(monkeypatch, capsys, value):
+    """Negative needs privileges the worker lacks: vLLM's launcher would die on it."""
+    monkeypatch.setenv("DMX_NODE_TOKEN", "t")
+    monkeypatch.setenv("DMX_ENGINE_NICE", value)
+    with pytest.raises(SystemExit):
+        parse_args(["--model", "m"])
+    assert "--engine-nice" in capsys.readouterr().err
+    monkeypatch.setenv("DMX_ENGINE_NICE", "10")
+    assert parse_args(["--model", "m"]).engine_nice == 10

@@ -14,7 +14,7 @@ from apps.keys.keycache import KeyRecord
 from apps.keys.models import ApiKey, Membership, Tenant
 from apps.keys.services import api_key_create, tenant_create
 from dmxplatform import streams
-from dmxplatform.redis_client import resp_client, sync_redis
+from dmxplatform.redis_client import request_redis, request_resp_client
 
 STAFF_PASSWORD = "pw-long-enough-1"
 _ROLES = importlib.import_module("apps.keys.migrations.0005_operator_and_viewer_groups")
@@ -87,11 +87,12 @@ def make_key_record(key_id: str = "abcdefgh", **overrides) -> KeyRecord:
     return KeyRecord(**fields)
 
 
-def run_with_redis(scenario):
-    """Run `await scenario(redis)` on a fresh event loop with the request path's client."""
+def run_with_redis(scenario, client=request_resp_client):
+    """Run `await scenario(redis)` on a fresh event loop with a new lean client: the request
+    store's (limits, leases, breakers), or the one `client()` makes."""
 
     async def main():
-        redis = resp_client()
+        redis = client()
         try:
             return await scenario(redis)
         finally:
@@ -120,6 +121,7 @@ def make_usage_event(key: ApiKey, **overrides) -> ledger.UsageEvent:
 
 
 def append_usage(*events: ledger.UsageEvent) -> None:
-    """Put events on the usage stream, as settling requests do."""
+    """Put events on their tenants' usage streams, as settling requests do."""
     for event in events:
-        sync_redis().xadd(ledger.stream_key(), {streams.FIELD: event.encode()})
+        key = ledger.USAGE_STREAM.of_tenant(event.tenant_id).key()
+        request_redis().xadd(key, {streams.FIELD: event.encode()})

@@ -1,11 +1,12 @@
 """The gateway's key cache: memory, then Redis, then the database loader; push invalidation."""
 
 import asyncio
+import functools
 
 import pytest
 
 from apps.keys.keycache import KeyCache, KeyRecord, record_key
-from dmxplatform.redis_client import sync_redis
+from dmxplatform.redis_client import resp_client, sync_redis
 from tests.keys.factories import make_key_record, run_with_redis
 
 
@@ -15,7 +16,7 @@ def _own_redis_keys(private_redis):
 
 
 record = make_key_record
-run = run_with_redis
+run = functools.partial(run_with_redis, client=resp_client)  # the key cache's Redis
 
 
 def test_miss_loads_once_writes_through_and_serves_from_memory():

@@ -16,6 +16,9 @@ from tests.keys.factories import make_api_key
 from tests.keys.factories import make_usage_event as event
 from tests.stack import wait_for
 
+# The default request store: one shard.
+USAGE = ledger.USAGE_STREAM.shard(0)
+
 pytestmark = pytest.mark.django_db
 
 
@@ -32,7 +35,7 @@ def test_flush_moves_events_into_records_and_empties_the_stream():
     rows = UsageRecord.objects.filter(api_key=key).order_by("completion_tokens")
     assert [r.completion_tokens for r in rows] == [0, 1, 2, 3, 4]
     assert rows[0].request_id == events[0].request_id and rows[0].timings == {"auth": 0.01}
-    assert sync_redis().xlen(ledger.stream_key()) == 0
+    assert sync_redis().xlen(USAGE.key()) == 0
     assert usage_flush() == 0
 
 
@@ -44,7 +47,7 @@ def test_the_intent_confidence_is_recorded_and_older_entries_without_it_still_dr
     fields = orjson.loads(older.encode())
     del fields["intent_confidence"], fields["intent_low_confidence"]
     append(unsure)
-    sync_redis().xadd(ledger.stream_key(), {streams.FIELD: orjson.dumps(fields)})
+    sync_redis().xadd(USAGE.key(), {streams.FIELD: orjson.dumps(fields)})
     assert usage_flush() == 2
     recorded = UsageRecord.objects.get(request_id=unsure.request_id)
     assert (recorded.intent_confidence, recorded.intent_low_confidence) == (0.41, True)
@@ -77,11 +80,11 @@ def test_events_wait_in_redis_while_the_database_fails(monkeypatch):
     monkeypatch.setattr(services, "_usage_insert", database_down)
     assert usage_flush() == 0
     # Read but unacknowledged: pending for this consumer, still in the stream.
-    assert sync_redis().xpending(ledger.stream_key(), streams.GROUP)["pending"] == 1
+    assert sync_redis().xpending(USAGE.key(), streams.GROUP)["pending"] == 1
     monkeypatch.undo()
     assert usage_flush() == 1
     assert UsageRecord.objects.filter(request_id=waiting.request_id).exists()
-    assert sync_redis().xlen(ledger.stream_key()) == 0
+    assert sync_redis().xlen(USAGE.key()) == 0
 
 
 def test_an_event_that_can_never_be_stored_goes_to_the_dead_letter_stream():
@@ -90,10 +93,10 @@ def test_an_event_that_can_never_be_stored_goes_to_the_dead_letter_stream():
     append(good, orphan)
     usage_flush()
     assert UsageRecord.objects.filter(request_id=good.request_id).exists()
-    dead = sync_redis().xrange(ledger.USAGE_STREAM.dead_letter_key())
+    dead = sync_redis().xrange(USAGE.dead_letter_key())
     assert len(dead) == 1
     assert ledger.UsageEvent.decode(dead[0][1][streams.FIELD]).request_id == orphan.request_id
-    assert sync_redis().xlen(ledger.stream_key()) == 0
+    assert sync_redis().xlen(USAGE.key()) == 0
 
 
 def _drainer_connection():
@@ -109,7 +112,7 @@ def _drainer_connection():
 
 def test_a_second_flush_while_one_runs_returns_at_once():
     with _drainer_connection() as other:
-        lock = ledger.USAGE_STREAM.lock_id()
+        lock = USAGE.lock_id()
         assert other.execute("SELECT pg_try_advisory_lock(%s)", [lock]).fetchone()[0]
         key, _ = make_api_key()
         append(event(key))
@@ -123,9 +126,7 @@ def test_a_drainer_that_died_holding_the_lock_holds_nothing_back():
     after an expiry: a Redis key with one, reloaded by a Redis killed mid-drain, once stopped
     every flush for two minutes."""
     other = _drainer_connection()
-    assert other.execute(
-        "SELECT pg_try_advisory_lock(%s)", [ledger.USAGE_STREAM.lock_id()]
-    ).fetchone()[0]
+    assert other.execute("SELECT pg_try_advisory_lock(%s)", [USAGE.lock_id()]).fetchone()[0]
     key, _ = make_api_key()
     entry = event(key)
     append(entry)

@@ -19,6 +19,9 @@ from tests.keys.factories import make_api_key
 from tests.models.factories import make_model
 from tests.stack import wait_for
 
+# The default request store: one shard.
+USAGE = ledger.USAGE_STREAM.shard(0)
+
 pytestmark = pytest.mark.e2e
 BODY = {
     "model": "dmx-tiny",
@@ -48,7 +51,7 @@ def test_requests_are_served_and_recorded_exactly_once_across_an_outage(platform
         assert reply.status == 200, reply.body
         ids.append(reply.headers["x-request-id"])
         assert UsageRecord.objects.filter(request_id__in=ids).count() == 0
-        waiting = sync_redis().xlen(ledger.stream_key())
+        waiting = sync_redis().xlen(USAGE.key())
         assert waiting >= len(ids)
     finally:
         platform.database.restore()
@@ -84,7 +87,7 @@ def test_requests_are_served_and_recorded_exactly_once_across_an_outage(platform
 def test_an_event_postgresql_refuses_is_parked_and_the_rest_arrive(platform, committed):
     """Such an event once stopped the ledger for every tenant. The gateway no longer makes one
     (it escapes and cuts what a client sends), so it is put on the stream here by hand."""
-    from apps.keys.ledger import USAGE_STREAM, UsageEvent
+    from apps.keys.ledger import UsageEvent
     from dmxplatform import streams
     from tests.faults import assert_recorded_once, send_chat
     from tests.keys.factories import append_usage, make_usage_event
@@ -99,10 +102,10 @@ def test_an_event_postgresql_refuses_is_parked_and_the_rest_arrive(platform, com
 
     parked = [
         entry
-        for entry in streams.parked(USAGE_STREAM)
+        for entry in streams.parked(USAGE)
         if UsageEvent.decode(entry.payload).request_id == poison.request_id
     ]
     assert len(parked) == 1 and parked[0].reason
     metrics = call("GET", platform.url + "/metrics").body.decode()
-    assert 'dmx_stream_parked_entries{stream="usage.stream"}' in metrics
-    streams.parked_discard(USAGE_STREAM, [parked[0].id])  # the suite's other checks start clean
+    assert 'dmx_stream_parked_entries{shard="0",stream="usage.stream"}' in metrics
+    streams.parked_discard(USAGE, [parked[0].id])  # the suite's other checks start clean

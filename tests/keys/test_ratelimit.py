@@ -21,6 +21,9 @@ from dmxplatform import streams
 from dmxplatform.redis_client import sync_redis
 from tests.keys.factories import make_key_record, run_with_redis
 
+# The default request store: one shard.
+USAGE = ledger.USAGE_STREAM.shard(0)
+
 
 @pytest.fixture(autouse=True)
 def _own_redis_keys(private_redis):
@@ -145,7 +148,7 @@ def test_settle_refunds_tokens_and_appends_the_usage_event():
         await limiter.settle(
             admitted,
             refund=400 - 120,
-            events=[(ledger.stream_key(), b'{"request_id": "req_a"}')],
+            events=[(USAGE.key(), b'{"request_id": "req_a"}')],
         )
         after = await limiter.admit("req_b", rules_for(record, model="m"), tokens=10)
         return after
@@ -155,7 +158,7 @@ def test_settle_refunds_tokens_and_appends_the_usage_event():
     # 120 used + 10 reserved now; refill over the few ms elapsed adds at most a token.
     assert 869 <= state[Meter.TOKENS][0] <= 871
     assert state[Meter.QUOTA][0] == 5000 - 120 - 10
-    events = sync_redis().xrange(ledger.stream_key())
+    events = sync_redis().xrange(USAGE.key())
     assert [e[1][streams.FIELD] for e in events] == [b'{"request_id": "req_a"}']
 
 

@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from apps.keys.choices import MemberRole, QuotaPeriod, TokenScope
 from apps.keys.models import Membership, Plan, PlanQuota
-from apps.keys.ratelimit import period_bounds
+from apps.keys.ratelimit import period_bounds, quota_key
 from apps.keys.selectors import key_record_load, membership_find, quota_status
 from apps.keys.services import (
     api_key_create,
@@ -29,7 +29,7 @@ from apps.keys.services import (
     tenant_sign_up,
 )
 from dmxplatform import credentials
-from dmxplatform.redis_client import rkey, sync_redis
+from dmxplatform.redis_client import request_redis
 from tests.keys.factories import make_api_key, make_member, make_tenant, make_user
 
 pytestmark = pytest.mark.django_db
@@ -230,8 +230,8 @@ def test_quota_status_reads_what_admission_counted_this_period():
     now = timezone.now()
     month, _ = period_bounds(QuotaPeriod.MONTH, now)
     day, day_end = period_bounds(QuotaPeriod.DAY, now)
-    sync_redis().set(rkey("quota", "tenant", tenant.id, month, "*"), 250)
-    sync_redis().set(rkey("quota", "key", key.id, day, "*"), 120)
+    request_redis().set(quota_key(tenant.id, "tenant", tenant.id, month, ""), 250)
+    request_redis().set(quota_key(tenant.id, "key", key.id, day, ""), 120)
     found = {(q.scope, q.period): q for q in quota_status(tenant=tenant, now=now)}
     assert (found["tenant", "month"].used, found["tenant", "month"].remaining) == (250, 750)
     assert (found["key", "day"].used, found["key", "day"].remaining) == (120, 180)

@@ -16,7 +16,7 @@ def _own_redis_keys(private_redis):
 
 
 async def refreshed(redis, board: BreakerBoard) -> BreakerBoard:
-    board.replace(sync_redis().hgetall(breakers_key()))
+    await board.refresh()
     return board
 
 

@@ -2,6 +2,7 @@
 
 import hashlib
 import time
+from collections import Counter
 
 import pytest
 
@@ -156,6 +157,21 @@ def test_latency_against_the_model_sla():
     decision = make_router(slow, fast).decide(route_request(model))
     assert scores(decision, "latency") == {"slow": 0.25, "fast": 1.0}
     assert decision.node.name == "fast"
+
+
+def test_without_an_sla_the_work_a_node_served_does_not_count_against_it():
+    """Nodes' P95s say what work they were given: two idle nodes share new requests even when
+    one served long generations in the window and the other short ones (a full CI run once
+    sent all sixteen of a test's requests to the node with the shorter work behind it)."""
+    long_work, short_work = make_snapshot(name="long"), make_snapshot(name="short")
+    router = make_router(long_work, short_work)
+    for _ in range(20):
+        router.stats.record(long_work.id, ttft_ms=40.0, latency_ms=30_000.0, failed=False)
+        router.stats.record(short_work.id, ttft_ms=40.0, latency_ms=300.0, failed=False)
+    decision = router.decide(route_request())
+    assert scores(decision, "latency") == {"long": 1.0, "short": 1.0}
+    picks = Counter(chosen(router, route_request(affinity=key)) for key in range(40))
+    assert set(picks) == {"long", "short"}, picks
 
 
 def test_gateway_observed_latency_wins_over_the_engine_report():

@@ -173,7 +173,7 @@ def test_decisions_flush_into_the_log_once():
     )
     client = sync_redis()
     for _ in range(2):  # redelivered: stored once
-        client.xadd(DECISION_STREAM.key(), {streams.FIELD: event.encode()})
+        client.xadd(DECISION_STREAM.shard(0).key(), {streams.FIELD: event.encode()})
     assert decisions_flush() == 2
     row = RoutingDecision.objects.get(request_id=event.request_id)
     assert row.candidates["nodes"][0]["node"] == "n1" and row.decision_us == 12.5

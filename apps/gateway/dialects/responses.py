@@ -124,7 +124,7 @@ class ResponsesDialect:
         try:
             request = validate_completion(Endpoint.CHAT, chat)
         except InvalidRequestError as error:
-            raise invalid(error.message, _client_param(error.param), error.code) from None
+            raise _as_sent(error) from None
         request.client_prompt_param = "input"
         request.response_settings = _settings(data)
         return request
@@ -161,6 +161,16 @@ def _client_param(param: str | None) -> str | None:
     if param.startswith("messages"):
         return "input"
     return renames.get(param, param)
+
+
+def _as_sent(error: InvalidRequestError) -> InvalidRequestError:
+    """A refusal of the translated chat request, naming the parameter (in `param` and in the
+    message) as the client sent it."""
+    param = _client_param(error.param)
+    message = error.message
+    if error.param and param != error.param:
+        message = message.replace(f"'{error.param}'", f"'{param}'")
+    return invalid(message, param, error.code)
 
 
 def _text(content: Any, param: str) -> list[dict[str, Any]] | str:

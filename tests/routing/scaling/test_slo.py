@@ -18,7 +18,6 @@ from apps.routing.scaling.selectors import fleet_queue, usage_latency_p95, usage
 from apps.routing.scaling.services import scaling_evaluate
 from apps.routing.scaling.slo import MIN_LATENCY_SAMPLES, SLO_WINDOW
 from apps.routing.scaling.tasks import slo_evaluate_task
-from dmxplatform.celery import app as celery_app
 from tests.routing.scaling.factories import (
     NAMESPACE,
     make_policy,
@@ -326,15 +325,6 @@ def test_no_live_node_is_no_reason_to_scale_in(kube):
 
 
 # --- the beat's task ---
-
-
-@pytest.fixture
-def eager_celery():
-    """Run the tasks the beat's task queues in this process, at once."""
-    previous = celery_app.conf.task_always_eager
-    celery_app.conf.task_always_eager = True
-    yield
-    celery_app.conf.task_always_eager = previous
 
 
 def test_the_beat_task_evaluates_every_active_policy(kube, eager_celery):
