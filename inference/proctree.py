@@ -85,10 +85,12 @@ def _nice_autogroup(nice: int) -> None:
         try:
             Path("/proc/self/autogroup").write_text(str(nice))
             return
-        except FileNotFoundError:
-            return  # a kernel without autogroups: the process's own nice is all there is
         except BlockingIOError:
             time.sleep(0.1)  # EAGAIN: the kernel takes one change per 100 ms, machine-wide
+        except OSError:
+            # No autogroups here (a kernel built without them), or none this process may set:
+            # the process's own nice is all there is, and vLLM still starts.
+            return
 
 
 def _stat(pid: int) -> tuple[int, int, str] | None:
