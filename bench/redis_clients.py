@@ -79,6 +79,8 @@ async def bench(cluster: OwnRedisCluster, calls: int, concurrency: int, rounds: 
     }
     figures: dict[str, list[float]] = {name: [] for name in clients}
     try:
+        # Every master has the script, as after a first EVAL.
+        await clients["cluster: ClusterRespClient"][1].each_master(b"SCRIPT", b"LOAD", SCRIPT.body)
         for _ in range(rounds):
             for name, (call, client) in clients.items():
                 figures[name].append(await measure(call, client, calls, concurrency))
@@ -97,8 +99,6 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="dmx-bench-cluster-") as directory:
         cluster = OwnRedisCluster(Path(directory)).start()
         try:
-            for port in cluster.ports:  # every master has the script, as after a first EVAL
-                asyncio.run(_load(port))
             figures = asyncio.run(bench(cluster, args.calls, args.concurrency, args.rounds))
         finally:
             cluster.stop()
@@ -106,14 +106,6 @@ def main() -> None:
     print("| client | µs of client CPU per call |\n|---|---|")
     for name, value in figures.items():
         print(f"| {name} | {value:.1f} |")
-
-
-async def _load(port: int) -> None:
-    client = RespClient(f"redis://127.0.0.1:{port}/0", timeout=TIMEOUT)
-    try:
-        await client.execute(b"SCRIPT", b"LOAD", SCRIPT.body)
-    finally:
-        await client.close()
 
 
 if __name__ == "__main__":

@@ -21,14 +21,3 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 # Scaling keeps its tasks beside its scalers, one level below the routing app.
 app.autodiscover_tasks(["apps.routing.scaling"])
-
-
-def fan_out_shards(task, shards: int) -> bool:
-    """Queue `task` once per request-store shard (`shards`: streams.shards_in_use()), to drain
-    their streams in parallel on every worker process of the ledger queue; False (nothing
-    queued) with a single shard, which the caller drains itself."""
-    if shards == 1:
-        return False
-    for shard in range(shards):
-        task.delay(shard)
-    return True

@@ -43,15 +43,22 @@ def tenant_rkey(tenant_id: int, *parts: object) -> str:
     return rkey(shard_tag(shard_of(tenant_id)), *parts)
 
 
+# The sync clients' timeouts: a drain's or the admin's call may move more than a request's.
+def _sync_timeouts() -> dict[str, float]:
+    return {
+        "socket_timeout": settings.DMX_REDIS_TIMEOUT * 5,
+        "socket_connect_timeout": settings.DMX_REDIS_TIMEOUT,
+    }
+
+
+def _sync_client(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url, health_check_interval=30, **_sync_timeouts())
+
+
 @cache
 def sync_redis() -> redis.Redis:
     """Return the process-wide client for services, Celery tasks and the admin."""
-    return redis.Redis.from_url(
-        settings.REDIS_URL,
-        socket_timeout=settings.DMX_REDIS_TIMEOUT * 5,
-        socket_connect_timeout=settings.DMX_REDIS_TIMEOUT,
-        health_check_interval=30,
-    )
+    return _sync_client(settings.REDIS_URL)
 
 
 def async_redis(*, blocking: bool = False) -> aioredis.Redis:
@@ -73,11 +80,16 @@ def resp_client() -> RespClient:
     return RespClient(settings.REDIS_URL, timeout=settings.DMX_REDIS_TIMEOUT)
 
 
-def request_resp_client() -> RespClient | ClusterRespClient:
+def request_resp_client(coordination: RespClient | None = None) -> RespClient | ClusterRespClient:
     """Return a new lean client of the request store (limits, breakers, streams), one per
-    event loop."""
-    kind = ClusterRespClient if settings.DMX_REQUEST_REDIS_CLUSTER else RespClient
-    return kind(settings.DMX_REQUEST_REDIS_URL, timeout=settings.DMX_REDIS_TIMEOUT)
+    event loop; or `coordination`, this loop's client of the coordination Redis, where the
+    request store is that same Redis (the default): one connection, so that a loop turn's
+    commands leave in one write."""
+    if settings.DMX_REQUEST_REDIS_CLUSTER:
+        return ClusterRespClient(settings.DMX_REQUEST_REDIS_URL, timeout=settings.DMX_REDIS_TIMEOUT)
+    if coordination is not None and settings.DMX_REQUEST_REDIS_URL == settings.REDIS_URL:
+        return coordination
+    return RespClient(settings.DMX_REQUEST_REDIS_URL, timeout=settings.DMX_REDIS_TIMEOUT)
 
 
 def request_redis() -> redis.Redis | RedisCluster:
@@ -88,14 +100,10 @@ def request_redis() -> redis.Redis | RedisCluster:
 
 @cache
 def _request_redis(url: str, cluster: bool) -> redis.Redis | RedisCluster:
-    timeouts = {
-        "socket_timeout": settings.DMX_REDIS_TIMEOUT * 5,
-        "socket_connect_timeout": settings.DMX_REDIS_TIMEOUT,
-    }
     if not cluster:
         if url == settings.REDIS_URL:
             return sync_redis()
-        return redis.Redis.from_url(url, health_check_interval=30, **timeouts)
+        return _sync_client(url)
     nodes, username, password = seed_nodes(url)
     return RedisCluster(
         startup_nodes=[ClusterNode(host, port) for host, port in nodes],
@@ -103,7 +111,7 @@ def _request_redis(url: str, cluster: bool) -> redis.Redis | RedisCluster:
         password=password,
         # As the servers run: a master that is down fails its own slots, not every one.
         require_full_coverage=False,
-        **timeouts,
+        **_sync_timeouts(),
     )
 
 

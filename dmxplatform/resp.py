@@ -196,20 +196,12 @@ class RespClient:
         if self._connecting is None:
             self._connecting = asyncio.Lock()
         async with self._connecting:
-            if self._protocol is None or self._protocol.closed:
+            if not self.connected:
                 if time.monotonic() < self._down_until:
                     raise RedisUnavailable(
                         f"Redis at {self._host}:{self._port} is down (a connect just failed)"
                     )
-                try:
-                    self._protocol = await self._open()
-                except RedisUnavailable as exc:
-                    # Only a connect that timed out (a server that drops packets) holds the next
-                    # callers off; a refused one cost nothing, and Redis restarting answers the
-                    # next one.
-                    if isinstance(exc.__cause__, TimeoutError):
-                        self._down_until = time.monotonic() + self._timeout
-                    raise
+                self._protocol = await self._open()
             return self._protocol
 
     async def _open(self) -> _Protocol:
@@ -219,7 +211,12 @@ class RespClient:
                 loop.create_connection(lambda: _Protocol(self._timeout), self._host, self._port),
                 self._timeout,
             )
-        except (OSError, TimeoutError) as exc:
+        except TimeoutError as exc:
+            # Only a connect that timed out (a server that drops packets) holds the next callers
+            # off; a refused one cost nothing, and Redis restarting answers the next one.
+            self._down_until = time.monotonic() + self._timeout
+            raise RedisUnavailable(f"cannot connect to Redis at {self._host}:{self._port}") from exc
+        except OSError as exc:
             raise RedisUnavailable(f"cannot connect to Redis at {self._host}:{self._port}") from exc
         setup = []
         if self._password:
@@ -276,7 +273,7 @@ class RespClient:
         except RespError as exc:
             if not str(exc).startswith("NOSCRIPT"):
                 raise
-            return await self.execute(b"EVAL", script.body, len(keys), *keys, *args)
+            return await self.execute(*_eval(script, keys, args))
 
     async def after_asking(self, *args: Any) -> Any:
         """Send ASKING and the command back to back on one connection, as a node importing a

@@ -75,10 +75,6 @@ class DurableStream:
     def shard(self, number: int) -> StreamShard:
         return StreamShard(self, number)
 
-    def shards(self) -> list[StreamShard]:
-        """The streams this process writes to (DMX_REQUEST_REDIS_SHARDS)."""
-        return [self.shard(number) for number in range(settings.DMX_REQUEST_REDIS_SHARDS)]
-
     def of_tenant(self, tenant_id: int) -> StreamShard:
         """The stream a tenant's entries go to."""
         return self.shard(shard_of(tenant_id))
@@ -147,6 +143,21 @@ def shards_in_use() -> int:
     except REDIS_ERRORS:
         seen = 0  # the drains and the scrape will find Redis away on their own
     return max(settings.DMX_REQUEST_REDIS_SHARDS, seen)
+
+
+def fan_out_shards(task, shard: int | None) -> bool:
+    """For a drain task run without a shard (by the beat): queue it once per shard in use, to
+    drain their streams in parallel on every worker process of the ledger queue, and say so;
+    False (nothing queued) when it was given its shard, or there is one, shard 0, which the
+    caller drains itself."""
+    if shard is not None:
+        return False
+    count = shards_in_use()
+    if count == 1:
+        return False
+    for number in range(count):
+        task.delay(number)
+    return True
 
 
 def every_shard() -> list[StreamShard]:

@@ -26,6 +26,7 @@ from redis.client import NEVER_DECODE
 from redis.crc import key_slot
 
 from tests.http import call
+from tests.stack import free_port, wait_for
 
 # Bytes per read: a PostgreSQL message rarely exceeds this, and bigger ones just take two.
 CHUNK = 65536
@@ -125,7 +126,6 @@ def assert_recorded_once(sent: list[Sent], *, key, timeout: float = 30) -> None:
     from django.db import connection
 
     from apps.keys.models import UsageDaily, UsageRecord
-    from tests.stack import wait_for
 
     assert all(s.request_id for s in sent), "every answer carries its request id"
     ids = [s.request_id for s in sent]
@@ -161,12 +161,6 @@ def assert_recorded_once(sent: list[Sent], *, key, timeout: float = 30) -> None:
     assert sum(d.prompt_tokens + d.completion_tokens for d in days) == sum(
         s.prompt_tokens + s.completion_tokens for s in sent
     )
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _redis_server(port: int, directory: Path, *options: str) -> subprocess.Popen:
@@ -206,7 +200,7 @@ class OwnRedis:
     ) -> None:
         self.appendonly = appendonly
         self.options = options  # more redis-server flags
-        self.port = _free_port()
+        self.port = free_port()
         self.directory = directory
         self.process: subprocess.Popen | None = None
 
@@ -235,9 +229,9 @@ class OwnRedisCluster:
 
     def __init__(self, directory: Path, *, masters: int = 3) -> None:
         self.directory = directory
-        self.ports = [_free_port() for _ in range(masters)]
+        self.ports = [free_port() for _ in range(masters)]
         # The cluster bus's ports, given: the default (port + 10000) may be taken or too high.
-        self.bus_ports = [_free_port() for _ in range(masters)]
+        self.bus_ports = [free_port() for _ in range(masters)]
         self.processes: list[subprocess.Popen | None] = [None] * masters
 
     @property
@@ -297,11 +291,12 @@ class OwnRedisCluster:
     def _wait_serving(self, index: int, *, timeout: float = 30) -> None:
         """Until the master has loaded its data and counts itself part of a healthy cluster
         (before that it answers LOADING or CLUSTERDOWN)."""
-        deadline = time.monotonic() + timeout
-        while b"cluster_state:ok" not in self._info(index):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"cluster node {self.ports[index]} did not come up")
-            time.sleep(0.1)
+        wait_for(
+            lambda: b"cluster_state:ok" in self._info(index),
+            timeout=timeout,
+            interval=0.1,
+            what=f"cluster node {self.ports[index]} to serve",
+        )
 
     def _info(self, index: int) -> bytes:
         with contextlib.suppress(redis.RedisError):

@@ -71,7 +71,7 @@ class GatewayRuntime:
         # The request path (dmxplatform.resp): the key cache's coordination Redis, and the
         # request store of limits, breakers and streams (dmxplatform.settings.redis).
         self.fast_redis = resp_client()
-        self.request_redis = request_resp_client()
+        self.request_redis = request_resp_client(self.fast_redis)
         self.spool = Spool(Path(settings.DMX_SPOOL_DIR))
         self.gate = KeyGate(self.fast_redis, self.request_redis, spool=self.spool)
         self.dispatcher = Dispatcher(self.request_redis)
@@ -118,7 +118,7 @@ class GatewayRuntime:
         self.spool.close()
         await self.redis.aclose()
         await self.fast_redis.close()
-        await self.request_redis.close()
+        await self.request_redis.close()  # nothing left to close when it is fast_redis
 
     async def _check_persistence(self) -> None:
         """Refuse (or, with DMX_REDIS_REQUIRE_AOF off, warn about) a request store that keeps
@@ -227,7 +227,8 @@ class GatewayRuntime:
         try:
             async with asyncio.timeout(READINESS_REDIS_TIMEOUT_SECONDS):
                 await self.fast_redis.execute(b"PING")
-                await self.request_redis.execute(b"PING")
+                if self.request_redis is not self.fast_redis:
+                    await self.request_redis.execute(b"PING")
             redis = "ok"
         except (TimeoutError, RedisUnavailable, RespError, OSError) as exc:
             redis = f"error: {exc.__class__.__name__}"

@@ -168,10 +168,8 @@ class KeyGate:
         try:
             self._spool.append(entries)
         except OSError as exc:
-            usage_streams = {shard.key() for shard in USAGE_STREAM.shards()}
-            for stream, payload in entries:
-                if stream in usage_streams:
-                    logger.error("%s %s", UNRECORDED, payload.decode())
+            _, usage = entries[0]  # settle() puts the usage record first
+            logger.error("%s %s", UNRECORDED, usage.decode())
             logger.error(
                 "request %s: stream entries neither in Redis nor spooled: %s", request_id, exc
             )

@@ -112,8 +112,10 @@ class Dispatcher:
         pipe.hgetall(fleet_key())
         pipe.get(rkey(*CATALOG_VERSION_KEY))
         pipe.get(rkey(*ROUTING_TABLE_VERSION_KEY))
-        nodes, catalog_version, table_version = await pipe.execute()
-        await self.breakers.refresh()
+        # Two servers (or one, by default) that need not wait for each other.
+        (nodes, catalog_version, table_version), _ = await asyncio.gather(
+            pipe.execute(), self.breakers.refresh()
+        )
         self.fleet_read_at = time.monotonic()
         self.fleet.replace(nodes)
         self.queues.wake_all()  # fresh state may have room for whoever waits

@@ -265,11 +265,10 @@ def _latency_score(ctx: _Context, node: NodeSnapshot) -> float:
     more about the work each was given (a node that served long generations in the window had
     a P95 many times another's, and once took none of the short requests two idle nodes should
     share); a node's speed is the queue score's, from its measured rates."""
-    p95 = ctx.latency.get(node.id)
-    target = ctx.model.sla_latency_p95_ms
-    if p95 is None or not target or p95 <= 0:
+    p95 = ctx.latency.get(node.id)  # read only for a model with an SLA (Router.standing)
+    if p95 is None or p95 <= 0:
         return 1.0  # no evidence against the node
-    return min(1.0, target / p95)
+    return min(1.0, ctx.model.sla_latency_p95_ms / p95)
 
 
 def _cost_score(ctx: _Context, node: NodeSnapshot) -> float:

@@ -9,14 +9,14 @@ from apps.routing.services import (
     weights_recompute,
 )
 from dmxplatform import streams
-from dmxplatform.celery import Queue, fan_out_shards
+from dmxplatform.celery import Queue
 
 
 @shared_task(queue=Queue.LEDGER, time_limit=60, soft_time_limit=50, expires=30, ignore_result=True)
 def decisions_flush_task(shard: int | None = None) -> int:
-    if shard is None and fan_out_shards(decisions_flush_task, streams.shards_in_use()):
+    if streams.fan_out_shards(decisions_flush_task, shard):
         return 0
-    return decisions_flush(shard=shard)
+    return decisions_flush(shard=shard or 0)
 
 
 @shared_task(queue=Queue.DEFAULT, time_limit=3600, soft_time_limit=3500, ignore_result=True)

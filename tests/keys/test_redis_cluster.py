@@ -164,7 +164,7 @@ def test_usage_in_every_shard_drains_to_postgresql_exactly(on_cluster, committed
         for i in range(4)
     ]
     append_usage(*events)
-    shards = ledger.USAGE_STREAM.shards()
+    shards = [ledger.USAGE_STREAM.shard(number) for number in range(SHARDS)]
     assert [request_redis().xlen(shard.key()) for shard in shards] == [4] * SHARDS
     # Each shard has its own drain lock: one held elsewhere holds back that shard alone.
     with _advisory_lock(shards[0].lock_id()):
@@ -196,7 +196,8 @@ def test_the_beats_flush_task_drains_each_shard_in_a_task_of_its_own(
     assert (
         UsageRecord.objects.filter(request_id__in=[e.request_id for e in events]).count() == SHARDS
     )
-    assert [request_redis().xlen(s.key()) for s in ledger.USAGE_STREAM.shards()] == [0] * SHARDS
+    shards = [ledger.USAGE_STREAM.shard(number) for number in range(SHARDS)]
+    assert [request_redis().xlen(shard.key()) for shard in shards] == [0] * SHARDS
 
 
 @contextlib.contextmanager

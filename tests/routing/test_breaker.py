@@ -15,7 +15,7 @@ def _own_redis_keys(private_redis):
     """These tests' Redis keys are their own (tests/conftest.py)."""
 
 
-async def refreshed(redis, board: BreakerBoard) -> BreakerBoard:
+async def refreshed(board: BreakerBoard) -> BreakerBoard:
     await board.refresh()
     return board
 
@@ -28,7 +28,7 @@ def test_three_failures_open_and_every_replica_sees_it(settings):
         states = []
         for _ in range(3):
             await a.record(7, failed=True)
-            await refreshed(redis, b)
+            await refreshed(b)
             states.append(b.state(7))
         return states
 
@@ -45,7 +45,7 @@ def test_a_success_resets_the_count(settings):
         await board.record(7, failed=False)
         await board.record(7, failed=True)
         await board.record(7, failed=True)
-        return (await refreshed(redis, BreakerBoard(redis))).state(7)
+        return (await refreshed(BreakerBoard(redis))).state(7)
 
     assert run_with_redis(scenario) == BreakerState.CLOSED
 
@@ -62,14 +62,14 @@ def test_half_open_lets_one_probe_through_and_its_outcome_decides(settings):
         assert board.state(7) is BreakerState.OPEN
         await asyncio.sleep(0.25)
         assert board.state(7) is BreakerState.HALF_OPEN
-        other = await refreshed(redis, BreakerBoard(redis))
+        other = await refreshed(BreakerBoard(redis))
         first, second = await board.try_probe(7), await other.try_probe(7)
         await board.record(7, failed=True)  # the probe failed: open again
         reopened = board.state(7)
         await asyncio.sleep(0.25)
         third = await other.try_probe(7)
         await other.record(7, failed=False)  # this probe succeeded: closed
-        closed = (await refreshed(redis, BreakerBoard(redis))).state(7)
+        closed = (await refreshed(BreakerBoard(redis))).state(7)
         return first, second, reopened, third, closed
 
     first, second, reopened, third, closed = run_with_redis(scenario)
@@ -125,7 +125,7 @@ def slow_outcomes(
                 prompt_tokens=prompt_tokens,
                 others_on_node=dispatcher.fleet.others_on(node, since=0.0),
             )
-        return (await refreshed(redis, BreakerBoard(redis))).state(node.id)
+        return (await refreshed(BreakerBoard(redis))).state(node.id)
 
     return run_with_redis(scenario)
 
