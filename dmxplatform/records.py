@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Self
+import dataclasses
+import functools
+from typing import Any, Self, TypeVar
 
 import orjson
+
+T = TypeVar("T")
 
 
 def storable_text(value: str, limit: int) -> str:
@@ -33,4 +37,21 @@ class JsonRecord:
 
     @classmethod
     def decode(cls, raw: bytes) -> Self:
-        return cls(**orjson.loads(raw))
+        return from_fields(cls, orjson.loads(raw))
+
+
+@functools.cache
+def _field_names(cls: type) -> frozenset[str]:
+    return frozenset(f.name for f in dataclasses.fields(cls))
+
+
+def from_fields(cls: type[T], data: dict[str, Any]) -> T:
+    """The dataclass of these values, ignoring keys it has no field for: in a rolling update
+    newer processes write fields older ones do not know yet, and an older gateway that refused
+    such a node snapshot would route to no node at all. A missing required field still raises
+    TypeError."""
+    try:
+        return cls(**data)
+    except TypeError:
+        names = _field_names(cls)
+        return cls(**{key: value for key, value in data.items() if key in names})

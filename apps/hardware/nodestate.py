@@ -14,7 +14,7 @@ from typing import Self
 import orjson
 
 from apps.hardware.choices import NodeStatus
-from dmxplatform.records import JsonRecord
+from dmxplatform.records import JsonRecord, from_fields
 from dmxplatform.redis_client import rkey
 from inference.wire import EngineLoad
 
@@ -59,8 +59,8 @@ class NodeSnapshot(JsonRecord):
         data = orjson.loads(raw)
         if not isinstance(data, dict):
             raise TypeError(f"a node snapshot is a JSON object, not {type(data).__name__}")
-        data["engine"] = EngineLoad(**data.get("engine") or {})
-        return cls(**data)
+        data["engine"] = from_fields(EngineLoad, data.get("engine") or {})
+        return from_fields(cls, data)
 
     def is_up(self, *, now: float, stale_after: float) -> bool:
         """It says it is up and its last heartbeat is recent."""

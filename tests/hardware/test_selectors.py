@@ -1,6 +1,6 @@
 """The one reader of the fleet's live state: an entry that does not decode (a hand edit, a value
-cut short, a field a newer release added) is logged and left out, never fatal to the readers
-(the dashboard, the node admin, /metrics, the models list)."""
+cut short) is logged and left out, never fatal to the readers (the dashboard, the node admin,
+/metrics, the models list); a field a newer release added is ignored."""
 
 from __future__ import annotations
 
@@ -20,11 +20,13 @@ from tests.hardware.test_resources import h100_view
 from tests.models.factories import make_model
 from tests.routing.factories import make_snapshot
 
-# Entries no release writes: not JSON, JSON of another shape, a field this one lacks.
+# Entries no release writes: not JSON, JSON of another shape, a required field missing.
 UNREADABLE = {
     "901": b"{not json",
     "902": b"[1, 2]",
-    "903": orjson.dumps({**orjson.loads(make_snapshot(id=903).encode()), "new_field": 1}),
+    "903": orjson.dumps(
+        {k: v for k, v in orjson.loads(make_snapshot().encode()).items() if k != "url"}
+    ),
     "904": b"null",
 }
 
@@ -44,6 +46,18 @@ def test_an_unreadable_entry_is_logged_and_left_out(caplog):
     warnings = [r.getMessage() for r in caplog.records if "unreadable fleet entry" in r.message]
     assert len(warnings) == len(UNREADABLE)
     assert any("{not json" in w for w in warnings)
+
+
+def test_fields_a_newer_release_added_are_ignored():
+    """In a rolling update newer gateways take heartbeats while older ones still route: an older
+    gateway that refused their snapshots would see no node at all."""
+    node = make_snapshot(id=905, num_requests_running=3)
+    newer = orjson.loads(node.encode())
+    newer["engine"]["speculative_acceptance"] = 0.7
+    newer["rack"] = "r12"
+    sync_redis().hset(fleet_key(), mapping={"905": orjson.dumps(newer)})
+
+    assert fleet_snapshots() == {905: node}
 
 
 def test_the_resources_are_read_with_the_fleet_and_guarded_the_same(caplog):
