@@ -45,6 +45,7 @@ def decision_benchmark() -> dict[str, float]:
             temperature_c=rng.uniform(50, 84),
             hourly_price_usd=rng.choice([0.8, 2.5, 4.0]),
             generation_tokens_per_second=rng.uniform(200, 3000),
+            decode_tokens_per_second=rng.uniform(15, 120),
             e2e_p95_ms=rng.uniform(300, 4000),
             profile=rng.choice(["nvidia-h100-sxm", "nvidia-a100-sxm4-80gb", "nvidia-l4"]),
             gpu_count=1,

@@ -4,8 +4,8 @@ Names as vLLM 0.12+ exports them (`vllm:kv_cache_usage_perc`; the old `gpu_*` na
 Values are summed across the `engine` label, so a data-parallel server reports its total.
 Latency percentiles and throughput are computed over the window between two reads, from the
 histograms' and counters' deltas: what the engine did lately, not since it started. The prefill
-rate is measured over finished requests' prefills, once enough prompt tokens were computed for
-the figure to mean something, and kept until the next one.
+and decode rates are measured once enough work was done for the figure to mean something, and
+kept until the next one.
 """
 
 from __future__ import annotations
@@ -32,6 +32,14 @@ PREFILL_SECONDS = "vllm:request_prefill_time_seconds_sum"
 # engine's per-request overhead (12 tokens in 20 ms on the CPU), not its rate. One
 # 512-token block, the unit the router predicts cache hits in.
 MIN_PREFILL_TOKENS = 512
+# Every gap between two of a sequence's tokens (its first token's wait excluded): their count
+# over their sum is the speed one sequence decodes at, stalls behind other prompts' prefill
+# chunks included. Unlike generated tokens over the window divided by the running requests, it
+# does not read a window whose requests had only just started (one token each) as a slow decoder.
+ITL_COUNT = "vllm:inter_token_latency_seconds_count"
+ITL_SECONDS = "vllm:inter_token_latency_seconds_sum"
+# Token gaps observed before a decode rate is taken: a few measure one step's jitter.
+MIN_DECODE_STEPS = 64
 _LE = re.compile(r'le="([^"]+)"')
 
 Samples = dict[str, list[tuple[str, float]]]
@@ -99,8 +107,30 @@ class _Reading:
     ttft: dict[float, float]
     e2e: dict[float, float]
     generated: float
-    prefill_tokens: float
-    prefill_seconds: float
+
+
+class _MeasuredRate:
+    """Work per second from two cumulative sums of an engine's (work done, seconds it took),
+    taken once `minimum` work was done since the last rate and kept until the next (0.0 before
+    any). Sums lower than where the window started mean the engine restarted: a new window."""
+
+    __slots__ = ("_from", "_minimum", "rate")
+
+    def __init__(self, minimum: float) -> None:
+        self._minimum = minimum
+        self._from: tuple[float, float] | None = None
+        self.rate = 0.0
+
+    def update(self, work: float, seconds: float) -> float:
+        start = self._from
+        if start is None or work < start[0]:
+            self._from = (work, seconds)
+            return self.rate
+        done, took = work - start[0], seconds - start[1]
+        if done >= self._minimum and took > 0:
+            self.rate = round(done / took, 1)
+            self._from = (work, seconds)
+        return self.rate
 
 
 class EngineMonitor:
@@ -108,9 +138,10 @@ class EngineMonitor:
 
     def __init__(self) -> None:
         self._last: _Reading | None = None
-        # The reading a prefill rate is measured from, and the last rate measured.
-        self._prefill_from: _Reading | None = None
-        self._prefill_rate = 0.0
+        # Prefills that ran side by side each count their own seconds, so under load the rate
+        # is what one request saw, below the engine's total: a cautious reading for a wait.
+        self._prefill = _MeasuredRate(MIN_PREFILL_TOKENS)
+        self._decode = _MeasuredRate(MIN_DECODE_STEPS)
 
     def observe(self, text: str, *, now: float) -> EngineLoad:
         samples = parse_samples(text)
@@ -120,8 +151,6 @@ class EngineMonitor:
             ttft=_buckets(samples, TTFT_BUCKETS),
             e2e=_buckets(samples, E2E_BUCKETS),
             generated=_total(samples, GENERATION_TOKENS),
-            prefill_tokens=_total(samples, PREFILL_COMPUTED),
-            prefill_seconds=_total(samples, PREFILL_SECONDS),
         )
         load = EngineLoad(
             num_requests_running=int(_total(samples, RUNNING)),
@@ -131,7 +160,12 @@ class EngineMonitor:
             prefix_cache_queries=_total(samples, PREFIX_QUERIES),
             prefix_cache_hits=_total(samples, PREFIX_HITS),
         )
-        load.prefill_tokens_per_second = self._measure_prefill(reading)
+        load.prefill_tokens_per_second = self._prefill.update(
+            _total(samples, PREFILL_COMPUTED), _total(samples, PREFILL_SECONDS)
+        )
+        load.decode_tokens_per_second = self._decode.update(
+            _total(samples, ITL_COUNT), _total(samples, ITL_SECONDS)
+        )
         previous, self._last = self._last, reading
         if previous is None or now <= previous.at:
             return load
@@ -142,19 +176,3 @@ class EngineMonitor:
         generated = max(reading.generated - previous.generated, 0.0)
         load.generation_tokens_per_second = round(generated / (now - previous.at), 2)
         return load
-
-    def _measure_prefill(self, reading: _Reading) -> float:
-        """Prompt tokens per second the engine prefilled since the last rate was taken, once
-        MIN_PREFILL_TOKENS were; else the last rate (0.0 before any). Prefills that ran side by
-        side each count their own seconds, so under load the figure is what one request saw,
-        below the engine's total rate: a cautious reading for predicting a wait."""
-        start = self._prefill_from
-        if start is None or reading.prefill_tokens < start.prefill_tokens:  # engine restarted
-            self._prefill_from = reading
-            return self._prefill_rate
-        tokens = reading.prefill_tokens - start.prefill_tokens
-        seconds = reading.prefill_seconds - start.prefill_seconds
-        if tokens >= MIN_PREFILL_TOKENS and seconds > 0:
-            self._prefill_rate = round(tokens / seconds, 1)
-            self._prefill_from = reading
-        return self._prefill_rate

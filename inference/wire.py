@@ -153,6 +153,9 @@ class EngineLoad(Message):
     generation_tokens_per_second: float = 0.0
     # Prompt tokens per second its prefills computed lately; 0.0 until measured.
     prefill_tokens_per_second: float = 0.0
+    # Tokens per second one sequence decoded at lately (vLLM's inter-token latency); 0.0 until
+    # measured.
+    decode_tokens_per_second: float = 0.0
     # The prompt prefixes its KV cache holds (inference.prefix_cache.PrefixFilter, base64);
     # None where the engine publishes no KV-cache events.
     prefix_filter: str | None = None

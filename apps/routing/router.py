@@ -67,8 +67,8 @@ PREDICTION_SLACK_SECONDS = 0.5
 # The queue score weighs a second of predicted decoding this much against a second of waiting for
 # the first token: a user sees the first token's delay whole, and a slow stream less, but a node
 # that decodes ten times slower still holds its requests (and their KV cache) ten times longer.
-# On the Mooncake replay (README) 0.5 gives the best end-to-end tail at every load with the best
-# TTFT still; 0.25 left long generations on slow decoders (e2e p95 25 s at 95% load, 12 at 0.5).
+# On the Mooncake replay (README), at 95% load: 0.25 gives TTFT p95 3.03 s, e2e p99 12.2 s; 1.0
+# gives 3.65 and 11.5 s; 0.5 keeps both near their best, 3.19 and 11.5 s.
 DECODE_SECONDS_WEIGHT = 0.5
 # The affinity of a prompt no node holds any of for the node its hash makes its home: going
 # there saves nothing now (only later prompts sharing it find it there), so the home breaks
@@ -394,18 +394,21 @@ def node_rates(fleet: FleetView, node: NodeSnapshot) -> NodeRates:
     Prefill: as its engine measured it, else as its hardware profile predicts for the reference
     model, scaled by how the model's measured nodes compare with their own profiles' predictions
     (so that a measured and an unmeasured node of one model compare in that model's terms).
-    Decode: per running sequence as measured, else the profile's step rate."""
+    Decode: one sequence's speed as its engine measured it (the gaps between its tokens), else
+    the profile's step rate. Not generated tokens over running requests: a heartbeat just after
+    four requests started reads four tokens in its window and took that node for a slow
+    decoder (a routing e2e once sent a long prompt behind two unprefilled ones for it)."""
     key = ("rates", node.id)
     rates = fleet.derived.get(key)
     if rates is None:
         engine = node.engine
-        profile_prefill, decode = profile_rates(node.profile, node.gpu_count)
+        profile_prefill, profile_decode = profile_rates(node.profile, node.gpu_count)
         prefill = engine.prefill_tokens_per_second
         if prefill <= 0:
             prefill = profile_prefill * _prefill_scale(fleet, node.model)
-        running = engine.num_requests_running
-        if running and engine.generation_tokens_per_second > 0:
-            decode = engine.generation_tokens_per_second / running
+        decode = engine.decode_tokens_per_second
+        if decode <= 0:
+            decode = profile_decode
         rates = fleet.derived[key] = NodeRates(prefill=prefill, decode=decode)
     return rates
 

@@ -84,21 +84,29 @@ def test_windows_give_percentiles_and_throughput_of_what_happened_between_reads(
     assert third.ttft_p95_ms is None  # nothing new in this window
 
 
+def grown(text: str, amounts: dict[str, float]) -> str:
+    """The same page with each sample of the named metrics grown by its amount."""
+    lines = []
+    for line in text.splitlines():
+        head, _, value = line.rpartition(" ")
+        amount = amounts.get(head.partition("{")[0])
+        lines.append(line if amount is None else f"{head} {float(value) + amount}")
+    return "\n".join(lines)
+
+
 def test_the_prefill_rate_is_measured_once_enough_prompt_tokens_were_computed(metrics_text):
     from inference.engine_metrics import MIN_PREFILL_TOKENS, EngineMonitor
 
     def prefilled(text: str, tokens: float, seconds: float) -> str:
         """The same page after finished requests computed `tokens` more prompt tokens in
         `seconds` more of prefill."""
-        lines = []
-        for line in text.splitlines():
-            head, _, value = line.rpartition(" ")
-            if line.startswith("vllm:request_prefill_kv_computed_tokens_sum"):
-                line = f"{head} {float(value) + tokens}"
-            elif line.startswith("vllm:request_prefill_time_seconds_sum"):
-                line = f"{head} {float(value) + seconds}"
-            lines.append(line)
-        return "\n".join(lines)
+        return grown(
+            text,
+            {
+                "vllm:request_prefill_kv_computed_tokens_sum": tokens,
+                "vllm:request_prefill_time_seconds_sum": seconds,
+            },
+        )
 
     monitor = EngineMonitor()
     assert monitor.observe(metrics_text, now=1.0).prefill_tokens_per_second == 0.0
@@ -116,3 +124,39 @@ def test_the_prefill_rate_is_measured_once_enough_prompt_tokens_were_computed(me
     assert monitor.observe(metrics_text, now=6.0).prefill_tokens_per_second == pytest.approx(4_000)
     again = prefilled(metrics_text, 600, 0.6)
     assert monitor.observe(again, now=7.0).prefill_tokens_per_second == pytest.approx(1_000)
+
+
+def test_the_decode_rate_is_one_sequences_speed_between_its_tokens(metrics_text):
+    from inference.engine_metrics import MIN_DECODE_STEPS, EngineMonitor
+
+    def decoded(text: str, *, gaps: float, seconds: float, first_tokens: float = 0) -> str:
+        """The same page after `gaps` more inter-token gaps taking `seconds` in all, and
+        `first_tokens` requests' first tokens (generated, but no gap)."""
+        return grown(
+            text,
+            {
+                "vllm:inter_token_latency_seconds_count": gaps,
+                "vllm:inter_token_latency_seconds_sum": seconds,
+                "vllm:generation_tokens_total": gaps + first_tokens,
+            },
+        )
+
+    monitor = EngineMonitor()
+    assert monitor.observe(metrics_text, now=0.0).decode_tokens_per_second == 0.0
+    # Four requests start: four first tokens, no gap yet. Their window's throughput per running
+    # request would say one token a second; nothing is measured.
+    page = decoded(metrics_text, gaps=0, seconds=0, first_tokens=4)
+    started = monitor.observe(page, now=2.0)
+    assert started.generation_tokens_per_second == pytest.approx(2.0)
+    assert started.decode_tokens_per_second == 0.0
+    # Too few gaps to be a speed: still nothing.
+    page = decoded(page, gaps=MIN_DECODE_STEPS / 2, seconds=0.5)
+    assert monitor.observe(page, now=3.0).decode_tokens_per_second == 0.0
+    # Enough since the first reading: 96 more gaps in 1.5 s more, 128 in 2 s in all.
+    page = decoded(page, gaps=96, seconds=1.5)
+    assert monitor.observe(page, now=4.0).decode_tokens_per_second == pytest.approx(64.0)
+    # A quiet window keeps the last speed; a restart measures afresh.
+    assert monitor.observe(page, now=5.0).decode_tokens_per_second == pytest.approx(64.0)
+    assert monitor.observe(metrics_text, now=6.0).decode_tokens_per_second == pytest.approx(64.0)
+    again = decoded(metrics_text, gaps=100, seconds=4.0)
+    assert monitor.observe(again, now=7.0).decode_tokens_per_second == pytest.approx(25.0)

@@ -204,7 +204,10 @@ def replay(
     served: dict[str, int] = {}
     pending: list[Job] = []  # the admission queue: the Router found every node saturated
     next_heartbeat = 0.0
-    window_tokens = {n.id: 0 for n in nodes}
+    # Per node, the tokens and decode seconds of the requests that finished since the last
+    # heartbeat, and the speed they measured (an engine's inter-token latency, kept until new).
+    window_decode = {n.id: [0, 0.0] for n in nodes}
+    decode_speed = {n.id: 0.0 for n in nodes}
     tickets = {}  # the gateway's record of each request's work, as the Dispatcher keeps it
 
     def refresh(now: float) -> None:
@@ -218,9 +221,10 @@ def replay(
                 kv_cache_usage=min(1.0, n.kv_used / n.kv_tokens), max_num_seqs=n.slots,
                 profile=n.profile, gpu_count=1, hourly_price_usd=n.price_per_hour,
                 ttft_p95_ms=p95,
-                generation_tokens_per_second=window_tokens[n.id] / HEARTBEAT_SECONDS,
+                generation_tokens_per_second=window_decode[n.id][0] / HEARTBEAT_SECONDS,
+                decode_tokens_per_second=decode_speed[n.id],
             ).encode()  # fmt: skip
-            window_tokens[n.id] = 0
+            window_decode[n.id] = [0, 0.0]
         fleet.replace(snapshots)
 
     def start(node: SimNode, now: float, job: Job) -> None:
@@ -239,7 +243,7 @@ def replay(
         share = max(1 / node.slots, (job.prompt + job.completion) / node.kv_tokens)
         spent += node.price_per_hour / 3600 * (prefill + decode * share)
         heapq.heappush(events, (first_token, next(order), "first", (node, job)))
-        heapq.heappush(events, (first_token + decode, next(order), "finish", (node, job)))
+        heapq.heappush(events, (first_token + decode, next(order), "finish", (node, job, decode)))
 
     def choose(job: Job, now: float) -> SimNode | str | None:
         fitting = [n for n in nodes if job.prompt + job.completion <= n.max_model_len]
@@ -306,12 +310,16 @@ def replay(
             node.ttfts.append(now - job.arrival)
             fleet.prefilled(tickets[job.index])
         elif kind == "finish":
-            node, job = payload
+            node, job, decoded = payload
             node.active -= 1
             node.kv_used -= job.prompt + job.completion
             fleet.inflight[node.id] -= 1
             fleet.end(tickets.pop(job.index))
-            window_tokens[node.id] += job.completion
+            window = window_decode[node.id]
+            window[0] += job.completion
+            window[1] += decoded
+            if window[1] > 0:
+                decode_speed[node.id] = window[0] / window[1]
             total_tokens += job.prompt + job.completion
             e2e.append(now - job.arrival)
             stats.record(node.id, ttft_ms=None, latency_ms=(now - job.arrival) * 1000, failed=False)

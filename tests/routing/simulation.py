@@ -54,10 +54,13 @@ class SimNode:
     busy_seconds: float = 0.0
     latencies: deque = field(default_factory=lambda: deque(maxlen=200))
 
-    def service_seconds(self, prompt: int, completion: int) -> float:
+    def decode_speed(self) -> float:
+        """Tokens per second one sequence decodes at now."""
         load = min(self.active, self.hardware.slots) / self.hardware.slots
-        decode = self.hardware.tokens_per_second * self.degraded * (1 - BATCH_SLOWDOWN * load)
-        return prompt / self.hardware.prefill_tokens_per_second + completion / decode
+        return self.hardware.tokens_per_second * self.degraded * (1 - BATCH_SLOWDOWN * load)
+
+    def service_seconds(self, prompt: int, completion: int) -> float:
+        return prompt / self.hardware.prefill_tokens_per_second + completion / self.decode_speed()
 
     def snapshot(self, now: float) -> NodeSnapshot:
         ordered = sorted(self.latencies)
@@ -70,6 +73,7 @@ class SimNode:
             memory_bandwidth_utilization=self.bandwidth, temperature_c=self.temperature_c,
             hourly_price_usd=self.hardware.price_per_hour, e2e_p95_ms=p95,
             generation_tokens_per_second=self.generated / max(now, 1.0),
+            decode_tokens_per_second=self.decode_speed(),
         )  # fmt: skip
 
 

@@ -134,6 +134,35 @@ def test_a_measured_prefill_rate_overrides_the_profile_and_scales_the_unmeasured
     assert chosen(router, request) == "fast"
 
 
+def test_a_node_whose_requests_just_started_is_not_taken_for_a_slow_decoder():
+    """Two long prompts wait unprefilled on one node; on the other, four requests had their
+    first tokens in its last heartbeat's window (2 s, the default): four tokens generated, four
+    running. A shorter prompt goes to the second, since one sequence decodes there at the speed
+    its engine measured between tokens, not at that window's tokens over its requests (half a
+    token a second, which predicted even this one-token answer a second of decoding)."""
+    queued = make_snapshot(name="queued", max_model_len=LONG, prefill_tokens_per_second=12_000)
+    started = make_snapshot(
+        name="started",
+        max_model_len=LONG,
+        prefill_tokens_per_second=12_000,
+        num_requests_running=4,
+        generation_tokens_per_second=2.0,
+        decode_tokens_per_second=60.0,
+    )
+    router = make_router(queued, started)
+    for _ in range(2):
+        router.fleet.inflight[queued.id] += 1
+        router.fleet.begin(queued.id, prompt_tokens=1_900, completion_tokens=1)
+    for _ in range(4):
+        router.fleet.inflight[started.id] += 1
+        ticket = router.fleet.begin(started.id, prompt_tokens=20, completion_tokens=1_900)
+        router.fleet.prefilled(ticket)
+    assert node_rates(router.fleet, started).decode == 60.0
+    # Not measured yet: the profile's step rate.
+    assert node_rates(router.fleet, queued).decode == profile_rates(None, 0)[1]
+    assert chosen(router, route_request(prompt_tokens=640, completion_tokens=1)) == "started"
+
+
 def test_a_prefix_the_nodes_engine_reports_counts_as_cached_whoever_sent_it():
     """Another gateway (or a client of the engine's own) sent the prompt: this gateway's index
     has nothing, the engine's KV-cache events say the node holds it."""

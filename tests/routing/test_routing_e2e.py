@@ -133,6 +133,12 @@ def test_load_on_a_node_sends_requests_to_the_other(platform, committed):
         time.sleep(0.6)  # two gateway refreshes
         served = nodes_of([ask(platform, f"load {i}") for i in range(10)])
         assert served[node_name(platform, "dmx-tiny-v2")] >= 8, served
+        # The real engine's inter-token latency reaches the heartbeat as a decode speed.
+        wait_for(
+            lambda: snapshot(busy.node_name).engine.decode_tokens_per_second > 0,
+            timeout=10,
+            what="the busy engine's decode speed",
+        )
     finally:
         stop.set()
         for thread in threads:
@@ -337,7 +343,15 @@ def test_a_long_prompt_goes_to_the_node_with_less_queued_work_not_fewer_requests
             timeout=10,
             what="the long prompt routed",
         )
-        assert gateway_inflight(platform, decoding.node_name) == 5
+        # What the prediction divided by, should a run disagree: each node's measured rates.
+        rates = {
+            worker.node_name: {
+                name: getattr(snapshot(worker.node_name).engine, name)
+                for name in ("prefill_tokens_per_second", "decode_tokens_per_second")
+            }
+            for worker in (paused, decoding)
+        }
+        assert gateway_inflight(platform, decoding.node_name) == 5, rates
         for engine in engines:
             os.kill(engine, signal.SIGCONT)
         gamma.join(timeout=120)
