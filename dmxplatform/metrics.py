@@ -114,10 +114,25 @@ gateway_refusals = Counter(
     "freed in time) or `no_capacity` (no live node).",
     ["reason"],
 )
+gateway_connections_closed = Counter(
+    "dmx_gateway_connections_closed_total",
+    "Client connections the gateway closed itself, by reason: `idle` (keep-alive expired with "
+    "nothing waiting in it) or `unanswered` (a request ended without a complete response while "
+    "its client was still there; logged with its request id).",
+    ["reason"],
+)
+
+gateway_keepalive_requests_waiting = Counter(
+    "dmx_gateway_keepalive_requests_waiting_total",
+    "Idle connections whose keep-alive expired with a request already sent in them (the process "
+    "was stalled): kept open to answer it, where uvicorn alone would reset it.",
+)
 # Present from the start, so that rate() and alerts see the first one (the refusal reasons are
 # where they are counted: apps.keys.admission, apps.routing.dispatcher, apps.gateway.runtime).
 for _code in ("connect", "stream"):
     gateway_upstream_errors.labels(_code)
+for _reason in ("idle", "unanswered"):
+    gateway_connections_closed.labels(_reason)
 
 gateway_intents = Counter(
     "dmx_gateway_intents_total",

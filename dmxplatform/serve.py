@@ -37,7 +37,9 @@ def options(argv: list[str] | None = None) -> dict:
         "port": args.port,
         "workers": args.workers,
         "loop": "uvloop",
-        "http": "httptools",
+        # httptools, with idle connections closed only when no request waits in them.
+        "http": "dmxplatform.http_protocol:GatewayHttpProtocol",
+        "timeout_keep_alive": settings.DMX_GATEWAY_KEEPALIVE_SECONDS,
         "lifespan": "on",
         "access_log": False,
         # The gateway reads X-Forwarded-For itself, from DMX_TRUSTED_PROXIES only.

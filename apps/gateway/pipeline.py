@@ -120,8 +120,25 @@ async def complete(state: CompletionState) -> None:
         )
     finally:
         await confirm(state)
+        if not state.reply.finished and state.outcome is not UsageStatus.CLIENT_DISCONNECTED:
+            _unanswered(state)
         state.trace.end(state)
         _export_metrics(state)
+
+
+_UNANSWERED = metrics.gateway_connections_closed.labels("unanswered")
+
+
+def _unanswered(state: CompletionState) -> None:
+    """The request ends without a complete response while its client waits: uvicorn then
+    closes the connection (or sends a bare 500), so say which request and why."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        reason = "cancelled: the server stopped past its grace period"
+    else:
+        reason = "the request ended without an answer"
+    logger.error("request %s closed without a complete response: %s", state.request_id, reason)
+    _UNANSWERED.inc()
 
 
 async def authenticate(state: CompletionState, runtime: GatewayRuntime, body: bytes) -> None:

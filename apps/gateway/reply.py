@@ -12,9 +12,9 @@ from dmxplatform.responses import EVENT_STREAM, Headers, send_error, send_json
 class ClientReply:
     """What the stages gathered for the response's head (request id, rate-limit headers), and
     whether the head went out: a stream's status line cannot be taken back, so an error after
-    it goes in the stream, as OpenAI sends one."""
+    it goes in the stream, as OpenAI sends one. `finished`: the response's last byte went out."""
 
-    __slots__ = ("_error_body", "_send", "headers", "started")
+    __slots__ = ("_error_body", "_send", "finished", "headers", "started")
 
     def __init__(
         self, send: Any, headers: Headers, error_body: Callable[[ApplicationError], bytes]
@@ -24,9 +24,11 @@ class ClientReply:
         self.headers = headers
         self._error_body = error_body
         self.started = False
+        self.finished = False
 
     async def json(self, status: int, data: bytes) -> None:
         await send_json(self._send, status, data, self.headers)
+        self.finished = True
 
     async def error(self, error: ApplicationError, *, event: bytes = b"") -> None:
         """Answer with the error; once the stream has started, with `event` (the error as the
@@ -35,6 +37,7 @@ class ClientReply:
             await self.body(event, more=False)
         else:
             await send_error(self._send, error, self.headers, body=self._error_body(error))
+            self.finished = True
 
     async def body(self, body: bytes, *, more: bool) -> None:
         """Send a piece of the event stream, its head first."""
@@ -53,3 +56,4 @@ class ClientReply:
             )
             self.started = True
         await self._send({"type": "http.response.body", "body": body, "more_body": more})
+        self.finished = not more

@@ -36,6 +36,11 @@ DMX_REQUEST_TIMEOUT_SECONDS = env_float("DMX_REQUEST_TIMEOUT_SECONDS", 600.0, mi
 DMX_GATEWAY_SHUTDOWN_MARGIN_SECONDS = env_float(
     "DMX_GATEWAY_SHUTDOWN_MARGIN_SECONDS", 30.0, minimum=0.0
 )
+# An idle client connection is closed after this, seconds. Longer than any pool in front of the
+# gateway keeps one idle (load balancers: 60 s; httpx and OpenAI's SDK: 5 s, as uvicorn's own
+# default, so a request sent at the last moment met a closing socket): the side that gives up
+# on a connection must be the one that sends on it. 75 s is nginx's default for the same reason.
+DMX_GATEWAY_KEEPALIVE_SECONDS = env_int("DMX_GATEWAY_KEEPALIVE_SECONDS", 75, minimum=1)
 # An intent label the classifier gives with less confidence than this (its calibrated
 # probability, 0-1) routes by the alias's default route instead: below 0.5, 52 of 115 labels were
 # wrong on the generator's held-out split (13% above it); on the realistic set (tools/intent/data/
