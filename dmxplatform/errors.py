@@ -129,6 +129,13 @@ class ServiceUnavailableError(ApplicationError):
     default_code = "service_unavailable"
 
 
+class UpstreamUnavailableError(ServiceUnavailableError):
+    """Every node tried failed before it answered: no capacity now, so try again (with
+    Retry-After), where a 502 would say the request itself went wrong."""
+
+    default_code = "upstream_unavailable"
+
+
 def _flatten_detail(detail: Any, prefix: str = "") -> tuple[str, str | None]:
     """Return the first message in a DRF error detail and the field it belongs to."""
     if isinstance(detail, dict):

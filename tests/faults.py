@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
+import struct
 import subprocess
 import threading
 import time
@@ -61,10 +63,13 @@ class TcpProxy:
                 continue
             with self._lock:
                 self._sockets.update((client, upstream))
-            for source, sink in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+            for source, sink, answers in ((client, upstream, False), (upstream, client, True)):
+                threading.Thread(
+                    target=self._pump, args=(source, sink, answers), daemon=True
+                ).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+    def _pump(self, source: socket.socket, sink: socket.socket, answers: bool) -> None:
+        """Copy one direction (`answers`: the server's) until either side closes."""
         try:
             while data := source.recv(CHUNK):
                 sink.sendall(data)
@@ -96,6 +101,84 @@ class TcpProxy:
         self._closed = True
         self.cut()
         self._listener.close()
+
+
+class StreamCutter(TcpProxy):
+    """The network path to a node whose event streams end early: each streamed answer is cut
+    after `events` SSE events (vLLM's first is its role chunk), with a reset (`reset=True`: what
+    a client sees of an engine killed by SIGKILL) or a plain close (an engine ending the stream
+    without `[DONE]`). Everything else passes as it is."""
+
+    def __init__(self, target: tuple[str, int], *, events: int, reset: bool) -> None:
+        self.events = events
+        self.reset = reset
+        # Per stream cut: the completion tokens the last event it let through reported (vLLM's
+        # continuous usage), i.e. what the node generated that its client could be given.
+        self.cut_usage: list[int] = []
+        self._resetting: set[socket.socket] = set()
+        super().__init__(target)
+
+    def _drop(self, sock: socket.socket) -> None:
+        if sock not in self._resetting:
+            super()._drop(sock)
+            return
+        with self._lock:
+            self._sockets.discard(sock)
+        sock.close()  # no shutdown: it would send a FIN before the reset
+
+    def _pump(self, source: socket.socket, sink: socket.socket, answers: bool) -> None:
+        if not answers:
+            super()._pump(source, sink, answers)
+            return
+        head = b""  # the current response's head, until it is complete
+        streaming, seen, body = False, 0, b""
+        try:
+            while data := source.recv(CHUNK):
+                if not streaming:
+                    head += data
+                    if b"\r\n\r\n" not in head:
+                        sink.sendall(data)
+                        continue
+                    streaming = b"text/event-stream" in head.split(b"\r\n\r\n", 1)[0]
+                    head = b""
+                    if not streaming:
+                        sink.sendall(data)
+                        continue
+                # An event ends in a blank line; the chunked framing adds CRLFs, never one.
+                cut = _after_events(data, self.events - seen)
+                if cut is None:
+                    seen += data.count(b"\n\n")
+                    body += data
+                    sink.sendall(data)
+                    if data.endswith(b"\r\n0\r\n\r\n"):  # its end: the next response's head
+                        streaming, seen, body = False, 0, b""
+                    continue
+                sink.sendall(data[:cut])
+                usage = re.findall(rb'"completion_tokens":(\d+)', body + data[:cut])
+                self.cut_usage.append(int(usage[-1]) if usage else 0)
+                if self.reset:  # SO_LINGER 0: closing sends RST, as a killed process's kernel
+                    sink.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    self._resetting.add(sink)
+                    # Wakes the other direction's recv on it without a FIN; only once no call
+                    # holds the socket does the kernel release it, with the RST.
+                    sink.shutdown(socket.SHUT_RD)
+                break
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                self._drop(sock)
+
+
+def _after_events(data: bytes, wanted: int) -> int | None:
+    """Where the `wanted`-th event ending in `data` ends, or None if fewer end in it."""
+    at = 0
+    for _ in range(wanted):
+        found = data.find(b"\n\n", at)
+        if found < 0:
+            return None
+        at = found + 2
+    return at
 
 
 @dataclass

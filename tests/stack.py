@@ -213,10 +213,12 @@ class Stack:
         version: str = "v1",
         port: int | None = None,
         attach: str | None = None,
+        advertise: str | None = None,
         drain_timeout: float = 10,
     ) -> Worker:
         """Start an inference worker; on `port` again (same node, same run directory) to
-        restart one, or attached to the OpenAI-compatible server at `attach`. On SIGTERM it
+        restart one, or attached to the OpenAI-compatible server at `attach`; gateways reach it
+        at `advertise` when given (a fault proxy in front of it). On SIGTERM it
         waits up to `drain_timeout` seconds for requests in flight (short: the session's stack
         stops in seconds)."""
         port = port or free_port()
@@ -242,6 +244,7 @@ class Stack:
             "--drain-timeout",
             str(drain_timeout),
             *(("--attach", attach) if attach else ()),
+            *(("--advertise-url", advertise) if advertise else ()),
             "--",
             "--enforce-eager",
             "--max-num-seqs",

@@ -38,10 +38,11 @@ from apps.gateway.runtime import GatewayRuntime, get_runtime
 from apps.gateway.schemas import Endpoint, parse_json
 from apps.gateway.settlement import confirm, settle
 from apps.gateway.state import CompletionState
-from apps.gateway.upstream_http import UpstreamConnectionError, UpstreamTimeout
+from apps.gateway.upstream_http import UpstreamTimeout
 from apps.keys.gate import UsageStatus
 from apps.models.catalog import ModelEntry
 from apps.models.choices import ModelKind
+from apps.routing.dispatcher import NodeFailed
 from dmxplatform import metrics
 from dmxplatform.clients import client_address
 from dmxplatform.errors import (
@@ -50,6 +51,7 @@ from dmxplatform.errors import (
     NotFoundError,
     ServiceUnavailableError,
     UpstreamError,
+    UpstreamUnavailableError,
 )
 from dmxplatform.logs import bind_request
 from dmxplatform.resp import RedisUnavailable
@@ -95,12 +97,8 @@ async def complete(state: CompletionState) -> None:
         await fail(state, runtime, error)
     except UpstreamTimeout:
         await fail(state, runtime, state.timed_out())
-    except UpstreamConnectionError as exc:
-        await fail(
-            state,
-            runtime,
-            UpstreamError(f"The model server failed: {exc}", code=GatewayErrorCode.UPSTREAM_ERROR),
-        )
+    except NodeFailed as failed:  # mid-answer: routing counted it, the client keeps what it had
+        await fail(state, runtime, failed.error)
     except RedisUnavailable:
         await fail(
             state,
@@ -239,12 +237,9 @@ async def fail(
     state.http_status = error.status
     state.error_code = str(error.code)
     if state.outcome is UsageStatus.OK:
-        state.outcome = (
-            UsageStatus.UPSTREAM_ERROR if isinstance(error, UpstreamError) else UsageStatus.REJECTED
-        )
+        nodes_failed = isinstance(error, UpstreamError | UpstreamUnavailableError)
+        state.outcome = UsageStatus.UPSTREAM_ERROR if nodes_failed else UsageStatus.REJECTED
     await settle(state, runtime)
-    if state.reply.started and isinstance(error, UpstreamError) and state.dispatch is not None:
-        await state.dispatch.report(failed=True)
     # Mid-stream the status line is gone: the error goes in the stream, as the API sends it.
     await state.reply.error(error, event=state.writer.error(error) if state.writer else b"")
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
+from collections.abc import Coroutine
+from typing import Any
 
 import orjson
 
@@ -19,9 +20,13 @@ from apps.gateway.schemas import Endpoint
 from apps.gateway.settlement import settle, submit
 from apps.gateway.state import CompletionState
 from apps.gateway.upstream import sender, stream_error, upstream_error
-from apps.gateway.upstream_http import UpstreamResponse
+from apps.gateway.upstream_http import (
+    UpstreamConnectionError,
+    UpstreamResponse,
+    UpstreamTimeout,
+)
 from apps.keys.gate import UsageStatus
-from apps.routing.dispatcher import RouteRequest
+from apps.routing.dispatcher import NodeFailed, RouteRequest
 from dmxplatform import metrics
 from dmxplatform.errors import ApplicationError, UpstreamError
 from dmxplatform.stages import Stage
@@ -29,9 +34,10 @@ from dmxplatform.stages import Stage
 
 async def forward(state: CompletionState, runtime: GatewayRuntime) -> None:
     """Send the request to the node routing picks (another one if it fails before answering),
-    relay its answer, and tell routing how it went there."""
+    relay its answer, and tell routing how it went there. A stream's client is watched from the
+    start: one that leaves while its request waits for a node or its first token stops it."""
     request, key = state.request, state.key
-    dispatch = state.dispatch = runtime.dispatcher.dispatch(
+    state.dispatch = runtime.dispatcher.dispatch(
         RouteRequest(
             request_id=state.request_id,
             model=state.model,
@@ -55,21 +61,32 @@ async def forward(state: CompletionState, runtime: GatewayRuntime) -> None:
         request_id=state.request_id,
         trace=state.trace,
     )
-    async with dispatch.connect(send) as sent:
+    if request.stream:
+        await _while_the_client_waits(state, runtime, _exchange(state, runtime, send))
+    else:
+        await _exchange(state, runtime, send)
+
+
+async def _exchange(state: CompletionState, runtime: GatewayRuntime, send) -> None:
+    """Answer from the node routing holds; its exit tells routing how the node did."""
+    async with state.dispatch.connect(send) as sent:
         with sent.answer as response:
             state.clock.mark(Stage.CONNECT)
             if response.status != 200:  # a 4xx: the request's fault, not the node's
                 raise upstream_error(response.status, await response.read())
-            if request.stream:
-                await _stream(state, runtime, response)
-            else:
-                await _respond(state, runtime, response)
-    first_token = state.first_token_at
-    await dispatch.report(
-        failed=state.outcome is UsageStatus.UPSTREAM_ERROR,
-        ttft_ms=(first_token - state.started) * 1000 if first_token and request.stream else None,
-        latency_ms=(time.perf_counter() - state.started) * 1000,
-    )
+            try:
+                if state.request.stream:
+                    await _relay(state, runtime, response)
+                else:
+                    await _respond(state, runtime, response)
+            except UpstreamTimeout:  # the request's time, not the node's failure
+                raise
+            except UpstreamConnectionError as exc:  # the node died or went silent mid-answer
+                raise NodeFailed(
+                    UpstreamError(
+                        f"The model server failed: {exc}", code=GatewayErrorCode.UPSTREAM_ERROR
+                    )
+                ) from exc
 
 
 async def _respond(
@@ -97,10 +114,11 @@ async def _respond(
     await state.reply.json(200, orjson.dumps(answer))
 
 
-async def _stream(
-    state: CompletionState, runtime: GatewayRuntime, response: UpstreamResponse
+async def _while_the_client_waits(
+    state: CompletionState, runtime: GatewayRuntime, exchange: Coroutine[Any, Any, None]
 ) -> None:
-    relay = asyncio.ensure_future(_relay(state, runtime, response))
+    """Run the exchange until it ends, the client leaves or the request's time is up."""
+    relay = asyncio.ensure_future(exchange)
     disconnect = asyncio.ensure_future(_wait_disconnect(state.receive))
     done, _ = await asyncio.wait(
         (relay, disconnect), timeout=state.time_left(), return_when=asyncio.FIRST_COMPLETED
@@ -162,7 +180,14 @@ async def _relay(
                 held.append(writer.end(cut=False))
                 continue
             if data.startswith(b'{"error"'):
-                held.append(await _stream_error(state, stream_error(data)))
+                error = stream_error(data)
+                if isinstance(error, UpstreamError):
+                    # The node's failure: what came before it reaches the client first.
+                    if held and (reply.started or events > 1):
+                        await reply.body(b"".join(held), more=True)
+                    metrics.gateway_upstream_errors.labels("stream").inc()
+                    raise NodeFailed(error)
+                held.append(_refusal(state, error))
                 continue
             events += 1
             edited = editor.edit(data)
@@ -180,24 +205,21 @@ async def _relay(
     if state.settlement is None:
         # The node closed the stream without [DONE]: it failed mid-generation.
         metrics.gateway_upstream_errors.labels("stream").inc()
-        raise UpstreamError(
-            "The model server ended the stream early.", code=GatewayErrorCode.UPSTREAM_ERROR
+        raise NodeFailed(
+            UpstreamError(
+                "The model server ended the stream early.", code=GatewayErrorCode.UPSTREAM_ERROR
+            )
         )
     await reply.body(b"".join(held), more=False)
 
 
-async def _stream_error(state: CompletionState, error: ApplicationError) -> bytes:
-    """An error the engine sent in the stream. Before any token: raised, to be answered with
-    its status. After: the event in OpenAI's shape. A refusal of the request (4xx) is the
-    client's, and no failure of the node's: only the others count against its breaker."""
-    failed = isinstance(error, UpstreamError)
-    if failed:
-        metrics.gateway_upstream_errors.labels("stream").inc()
+def _refusal(state: CompletionState, error: ApplicationError) -> bytes:
+    """The engine refused the request in its stream (a 4xx: the client's error, no failure of
+    the node's). Before any byte: raised, to be answered with its status; after: the event in
+    the client's API."""
     if not state.reply.started:
-        if failed:
-            await state.dispatch.report(failed=True)
         raise error
-    state.outcome = UsageStatus.UPSTREAM_ERROR if failed else UsageStatus.REJECTED
+    state.outcome = UsageStatus.REJECTED
     state.error_code = str(error.code)
     return state.writer.error(error)
 

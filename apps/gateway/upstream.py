@@ -9,6 +9,7 @@ from collections.abc import Awaitable, Callable
 
 import orjson
 
+from apps.gateway import sse
 from apps.gateway.errors import GatewayErrorCode
 from apps.gateway.schemas import CompletionRequest
 from apps.gateway.tracing import Trace, UpstreamCall
@@ -25,6 +26,10 @@ from dmxplatform.errors import ApplicationError, InvalidRequestError, UpstreamEr
 # vLLM schedules lower priorities first; our tiers rank higher tiers first (PriorityTier).
 VLLM_PRIORITY_OF_TIER = 2
 _UPSTREAM_FAILURES = (UpstreamConnectionError, TimeoutError, OSError)
+# A stream is the node's answer once it carries this many events (or its end): vLLM sends the
+# first (the role chunk) before its engine has taken the request, so one proves nothing.
+EVENTS_TO_ANSWER = 2
+_STREAM_FAILURES = metrics.gateway_upstream_errors.labels("stream")
 
 
 def upstream_body(request: CompletionRequest, node: NodeSnapshot, *, priority: int) -> bytes:
@@ -87,6 +92,53 @@ class Exchange:
         self.call.end(status=self.response.status)
 
 
+async def stream_answered(response: UpstreamResponse, node: NodeSnapshot) -> None:
+    """Read a stream's head until the node has answered: EVENTS_TO_ANSWER events, its end, or
+    an error event of the request's own (4xx); raise NodeFailed if the node dies, ends the
+    stream or sends a server error first. What was read is put back for the relay: the client
+    has seen none of it, so another node may still serve the request."""
+    splitter = sse.EventSplitter()
+    read: list[bytes] = []
+    events = 0
+    chunks = response.chunks()
+    try:
+        async for chunk in chunks:
+            read.append(chunk)
+            for event in splitter.feed(chunk):
+                data = sse.data_of(event)
+                if data is None:
+                    continue
+                if data == sse.DONE:
+                    return
+                if data.startswith(b'{"error"'):
+                    error = stream_error(data)
+                    if isinstance(error, UpstreamError):
+                        _STREAM_FAILURES.inc()
+                        raise NodeFailed(error)
+                    return
+                events += 1
+            if events >= EVENTS_TO_ANSWER:
+                return
+    except UpstreamConnectionError as exc:
+        _STREAM_FAILURES.inc()
+        raise NodeFailed(
+            UpstreamError(
+                f"Node {node.name} failed before it answered: {exc}",
+                code=GatewayErrorCode.UPSTREAM_ERROR,
+            )
+        ) from exc
+    finally:
+        await chunks.aclose()
+        response.unread(b"".join(read))
+    _STREAM_FAILURES.inc()
+    raise NodeFailed(
+        UpstreamError(
+            f"Node {node.name} ended the stream before it answered.",
+            code=GatewayErrorCode.UPSTREAM_ERROR,
+        )
+    )
+
+
 def sender(
     http: HttpPool,
     request: CompletionRequest,
@@ -96,8 +148,9 @@ def sender(
     request_id: str,
     trace: Trace,
 ) -> Callable[[NodeSnapshot], Awaitable[Exchange]]:
-    """The call of `request` to a node, for routing's Dispatch.connect: it answers below 500,
-    or raises NodeFailed (unreachable, 5xx) for routing to try another node.
+    """The call of `request` to a node, for routing's Dispatch.connect: it answers below 500
+    (a stream: with its first events, stream_answered), or raises NodeFailed (unreachable, a
+    5xx, a stream that fails before it answered) for routing to try another node.
 
     Each call carries the request id (vLLM takes it for its own, so its logs and spans name
     the request as ours do) and, traced, the call's span context (`traceparent`).
@@ -133,6 +186,13 @@ def sender(
             call.end(status=response.status)
             metrics.gateway_upstream_errors.labels(str(response.status)).inc()
             raise NodeFailed(failure)
+        if request.stream and response.status == 200:
+            try:
+                await stream_answered(response, node)
+            except BaseException as exc:  # NodeFailed, or the client or its time gone
+                response.release()
+                call.end(status=response.status, error=exc.__class__.__name__)
+                raise
         return Exchange(response, call)
 
     return send

@@ -183,6 +183,13 @@ class UpstreamResponse:
             await self._waiter
             self._waiter = None
 
+    def unread(self, data: bytes) -> None:
+        """Put back what was read: chunks() yields it again first."""
+        if data:
+            self._chunks.appendleft(data)
+            self._buffered += len(data)
+            self._wake()
+
     async def read(self) -> bytes:
         """The whole body."""
         parts = [chunk async for chunk in self.chunks()]

@@ -7,13 +7,16 @@ Per request it gives a Dispatch:
 
     dispatch = dispatcher.dispatch(route_request, clock)
     async with dispatch.connect(send) as sent:   # a node picked, held, and sent the request
-        ...                                      # read the answer
-    await dispatch.report(failed=..., ttft_ms=..., latency_ms=...)
+        ...                                      # read the answer; NodeFailed if the node fails
 
 `connect` decides (waiting in the priority queue while the model is saturated), probes a
 half-open breaker with one request, counts the request in flight on its node, and tries another
 node when `send` raises NodeFailed (once, and only before the client has seen a byte, as `send`
-is called only then). What a request did on its node feeds the latency windows and the breaker.
+is called only then); when every try failed, 503 with Retry-After. The block's exit tells
+routing how the request went on its node, once: its latency and first token on a normal exit,
+a failure for its breaker when NodeFailed ends it (the client had its first bytes: another node
+cannot take it over). Other ends (the request's own error, its time, its client leaving) say
+nothing about the node.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ from dmxplatform.errors import (
     InvalidRequestError,
     NotFoundError,
     ServiceUnavailableError,
+    UpstreamUnavailableError,
 )
 from dmxplatform.records import storable_text
 from dmxplatform.redis_client import rkey
@@ -81,8 +85,9 @@ _INFLIGHT = metrics.Bound(metrics.gateway_node_inflight)
 
 
 class NodeFailed(Exception):
-    """`send` could not get an answer from its node that the request may keep (unreachable, a
-    5xx): the node counts it against its breaker, and another node gets the request."""
+    """The node failed the request (unreachable, a 5xx, a stream cut or ended early): raised
+    by `send`, another node gets the request; raised from the block, the client keeps what it
+    had. Either way the node's breaker counts it."""
 
     def __init__(self, error: ApplicationError) -> None:
         super().__init__(error.message)
@@ -234,13 +239,15 @@ class Dispatch:
         self.others_on_node = 0
         self._ticket: Ticket | None = None
         self.predicted_ttft_ms: float | None = None
+        self.first_token_at: float | None = None  # perf_counter
 
     @contextlib.asynccontextmanager
     async def connect(self, send: Callable[[NodeSnapshot], Awaitable[T]]) -> AsyncIterator[Sent[T]]:
         """Yield the first node whose `send` returns, and what it returned; a node whose
         `send` raises NodeFailed counts against its breaker and another is tried, once. The
-        request counts in flight on its node until the block exits; exceptions other than
-        NodeFailed (the request's own time running out) go to the caller."""
+        request counts in flight on its node until the block exits, and the exit reports to
+        routing (see the module's docstring); exceptions other than NodeFailed from `send`
+        (the request's own time running out) go to the caller."""
         dispatcher = self._dispatcher
         tried: list[int] = []
         failure: ApplicationError | None = None
@@ -275,6 +282,11 @@ class Dispatch:
                 self.others_on_node = dispatcher.fleet.others_on(node, since=self.sent_at)
                 try:
                     yield Sent(node, answer)
+                except NodeFailed:
+                    await self._report(failed=True)
+                    raise
+                else:
+                    await self._report(failed=False)
                 finally:
                     dispatcher.queues.wake(node.model)
                 return
@@ -286,7 +298,11 @@ class Dispatch:
                 self._ticket = None
                 gauge.dec()
         if failure is not None:
-            raise failure
+            raise UpstreamUnavailableError(
+                f"No node could serve model `{self.asked}` right now ({failure.message}) "
+                "Please retry shortly.",
+                headers={"Retry-After": str(settings.DMX_RETRY_AFTER_SECONDS)},
+            )
         decision = self.decision
         if decision is not None and decision.too_long:
             # No node of the model has the context for it: waiting or retrying cannot help.
@@ -359,6 +375,8 @@ class Dispatch:
 
     def first_token(self) -> None:
         """The node's first token came: count who else it was serving by then."""
+        if self.first_token_at is None:
+            self.first_token_at = time.perf_counter()
         if self._ticket is not None:
             self._dispatcher.fleet.prefilled(self._ticket)
         if self.node is not None:
@@ -367,18 +385,18 @@ class Dispatch:
                 self._dispatcher.fleet.others_on(self.node, since=self.sent_at),
             )
 
-    async def report(
-        self, *, failed: bool, ttft_ms: float | None = None, latency_ms: float = 0.0
-    ) -> None:
-        """Tell the node's latency window and breaker how the request went there (`ttft_ms`
-        for a streamed request's first token; a failure mid-stream with neither figure)."""
-        if self.node is None:
-            return
+    async def _report(self, *, failed: bool) -> None:
+        """Tell the node's latency window and breaker how the request went there: a streamed
+        request's first token, the whole request's time; a failure with neither."""
+        started = self._clock.started
+        ttft_ms = None
+        if not failed and self.request.streamed and self.first_token_at is not None:
+            ttft_ms = (self.first_token_at - started) * 1000
         await self._dispatcher.observe(
             self.node,
             failed=failed,
             ttft_ms=ttft_ms,
-            latency_ms=latency_ms,
+            latency_ms=0.0 if failed else (time.perf_counter() - started) * 1000,
             model=self.request.model,
             prompt_tokens=self.request.prompt_tokens,
             others_on_node=self.others_on_node,

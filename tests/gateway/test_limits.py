@@ -178,7 +178,8 @@ def test_client_disconnect_charges_what_was_generated(platform, committed):
 
 
 def test_upstream_failure_before_the_first_token_refunds_everything(platform, committed):
-    """A node that refuses connections: the request fails with 502 and costs nothing."""
+    """A node that refuses connections, the model's only one: 503 with Retry-After (no node
+    can serve it now), and it costs nothing."""
     from tests.stack import free_port
 
     key, secret = make_api_key(token_quota=10**9, token_quota_period="day")
@@ -200,8 +201,9 @@ def test_upstream_failure_before_the_first_token_refunds_everything(platform, co
     assert reply.status == 201
     time.sleep(0.6)  # two gateway refreshes; the node stays fresh for DMX_NODE_STALE_SECONDS
     failed = chat(platform.api_url, secret, body() | {"model": BROKEN_MODEL})
-    assert failed.status == 502
-    assert failed.json()["error"]["code"] == "upstream_error"
+    assert failed.status == 503
+    assert failed.json()["error"]["code"] == "upstream_unavailable"
+    assert int(failed.headers["retry-after"]) >= 1
     assert quota_used(key.key_id) == 0
     record = wait_for(
         lambda: UsageRecord.objects.filter(request_id=failed.headers["x-request-id"]).first(),

@@ -41,16 +41,24 @@ def test_killed_worker_goes_down_and_gateway_answers_503(platform, committed):
     killed_at = time.monotonic()
     worker.kill_hard()
 
-    # The gateway stops routing once heartbeats are stale, before any database write.
+    # The gateway stops routing once heartbeats are stale, before any database write; until
+    # then the dead node is tried and refuses: 503 too (every node tried failed), never a 502.
     bound = settings.DMX_NODE_STALE_SECONDS + 2.0
-    reply = wait_for(
-        lambda: (r := ask(platform, "dmx-tiny-b")).status == 503 and r,
+    answers: list[tuple[int, str]] = []
+
+    def routed_away():
+        reply = ask(platform, "dmx-tiny-b")
+        answers.append((reply.status, reply.json()["error"]["code"] if reply.status != 200 else ""))
+        assert reply.status != 503 or "retry-after" in reply.headers, answers
+        return answers[-1] == (503, "no_capacity") and reply
+
+    wait_for(
+        routed_away,
         timeout=bound,
         interval=0.1,
         what="the gateway to stop routing to the dead node",
     )
-    assert reply.json()["error"]["code"] == "no_capacity"
-    assert "retry-after" in reply.headers
+    assert set(answers[:-1]) <= {(503, "upstream_unavailable")}, answers
     # And the platform marks it down in the database (Celery's stale check).
     wait_for(
         lambda: node_of(worker).status == NodeStatus.DOWN,
