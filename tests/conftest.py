@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -178,9 +179,16 @@ def embed_worker(platform: RunningPlatform) -> Iterator[stack_module.Worker]:
     """A worker serving EMBED_MODEL, started by the first test of a module that needs it and
     stopped after that module: a fourth engine kept up on two cores slowed every later
     end-to-end test (a drain with a 10 s timeout ran out mid-generation)."""
-    worker = platform.stack.start_worker(model_name=EMBED_MODEL, node_token=platform.node_token)
+    with serving_worker(platform, EMBED_MODEL) as worker:
+        yield worker
+
+
+@contextlib.contextmanager
+def serving_worker(running: RunningPlatform, model: str) -> Iterator[stack_module.Worker]:
+    """A worker of its own for `model`, serving until the block ends."""
+    worker = running.stack.start_worker(model_name=model, node_token=running.node_token)
     try:
-        wait_until_served(platform, EMBED_MODEL, worker)
+        wait_until_served(running, model, worker)
         yield worker
     finally:
         worker.stop()

@@ -26,8 +26,16 @@ LOCKS = ROOT / ".run" / "locks"
 PLATFORM_PYTHON = ROOT / ".venv" / "bin" / "python"
 WORKER_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 TINY_MODEL_DIR = ROOT / ".cache" / "models" / "dmx-tiny"
+# The workers' engines' batch (--max-num-seqs): small, as two cores decode slowly.
+MAX_NUM_SEQS = 16
 # Eager mode starts in seconds; float32 keeps vLLM off its AMX path (see inference/tiny_model.py).
-TINY_MODEL_VLLM_ARGS = ("--enforce-eager", "--dtype", "float32", "--max-num-seqs", "16")
+TINY_MODEL_VLLM_ARGS = (
+    "--enforce-eager",
+    "--dtype",
+    "float32",
+    "--max-num-seqs",
+    str(MAX_NUM_SEQS),
+)
 # Structured outputs (json_schema, strict tool calls) by xgrammar, with no whitespace between JSON
 # tokens: constrained decoding of random weights otherwise picks whitespace, which JSON allows
 # anywhere, until max_tokens runs out (seen: 60 tokens of tabs and newlines, no closing brace).
@@ -248,7 +256,7 @@ class Stack:
             "--",
             "--enforce-eager",
             "--max-num-seqs",
-            "16",
+            str(MAX_NUM_SEQS),
             # JSON without optional whitespace: the tiny model's random weights would otherwise
             # fill a structured output's whitespace until max_tokens (TINY_STRUCTURED_OUTPUTS).
             "--structured-outputs-config",

@@ -47,6 +47,7 @@ from dmxplatform import metrics
 from dmxplatform.clients import client_address
 from dmxplatform.errors import (
     ApplicationError,
+    GatewayTimeoutError,
     InvalidRequestError,
     NotFoundError,
     ServiceUnavailableError,
@@ -237,11 +238,18 @@ async def fail(
     state.http_status = error.status
     state.error_code = str(error.code)
     if state.outcome is UsageStatus.OK:
-        nodes_failed = isinstance(error, UpstreamError | UpstreamUnavailableError)
-        state.outcome = UsageStatus.UPSTREAM_ERROR if nodes_failed else UsageStatus.REJECTED
+        state.outcome = _outcome_of(error)
     await settle(state, runtime)
     # Mid-stream the status line is gone: the error goes in the stream, as the API sends it.
     await state.reply.error(error, event=state.writer.error(error) if state.writer else b"")
+
+
+def _outcome_of(error: ApplicationError) -> UsageStatus:
+    if isinstance(error, GatewayTimeoutError):
+        return UsageStatus.TIMED_OUT
+    if isinstance(error, UpstreamError | UpstreamUnavailableError):
+        return UsageStatus.UPSTREAM_ERROR
+    return UsageStatus.REJECTED
 
 
 # Children bound once (metrics.Bound): label lookups are what the request path can do without.

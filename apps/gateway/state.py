@@ -106,7 +106,7 @@ class CompletionState:
         return self.started + settings.DMX_REQUEST_TIMEOUT_SECONDS - time.perf_counter()
 
     def timed_out(self) -> GatewayTimeoutError:
-        self.outcome = UsageStatus.TIMED_OUT
+        """The error of a request that ran out of time (the pipeline's `fail` records it)."""
         return GatewayTimeoutError(
             f"The request ran longer than {settings.DMX_REQUEST_TIMEOUT_SECONDS:g} seconds."
         )

@@ -22,7 +22,7 @@ from apps.hardware.nodestate import NodeSnapshot, fleet_key
 from apps.keys.models import UsageRecord
 from apps.routing.breaker import Breaker, breakers_key
 from dmxplatform.redis_client import sync_redis
-from tests.conftest import TINY_CONTEXT, RunningPlatform, wait_until_served
+from tests.conftest import TINY_CONTEXT, RunningPlatform, serving_worker
 from tests.faults import Sent, StreamCutter, assert_recorded_once, send_chat_stream
 from tests.keys.factories import make_api_key
 from tests.models.factories import make_model
@@ -42,12 +42,8 @@ def engine(platform: RunningPlatform, django_db_blocker) -> Iterator[Worker]:
     """A real vLLM worker for MODEL: the healthy node, and the engine behind the faulty one."""
     with django_db_blocker.unblock():
         make_model(MODEL, max_context_tokens=TINY_CONTEXT)
-    worker = platform.stack.start_worker(model_name=MODEL, node_token=platform.node_token)
-    try:
-        wait_until_served(platform, MODEL, worker)
+    with serving_worker(platform, MODEL) as worker:
         yield worker
-    finally:
-        worker.stop()
 
 
 def _node_id(name: str) -> int | None:
