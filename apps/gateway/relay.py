@@ -60,6 +60,7 @@ async def forward(state: CompletionState, runtime: GatewayRuntime) -> None:
         time_left=state.time_left,
         request_id=state.request_id,
         trace=state.trace,
+        clock=state.clock,
     )
     if request.stream:
         await _while_the_client_waits(state, runtime, _exchange(state, runtime, send))
@@ -71,7 +72,6 @@ async def _exchange(state: CompletionState, runtime: GatewayRuntime, send) -> No
     """Answer from the node routing holds; its exit tells routing how the node did."""
     async with state.dispatch.connect(send) as sent:
         with sent.answer as response:
-            state.clock.mark(Stage.CONNECT)
             if response.status != 200:  # a 4xx: the request's fault, not the node's
                 raise upstream_error(response.status, await response.read())
             try:

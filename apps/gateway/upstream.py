@@ -22,6 +22,7 @@ from apps.gateway.upstream_http import (
 from apps.routing.dispatcher import NodeFailed, NodeSnapshot
 from dmxplatform import metrics
 from dmxplatform.errors import ApplicationError, InvalidRequestError, UpstreamError
+from dmxplatform.stages import Stage, StageClock
 
 # vLLM schedules lower priorities first; our tiers rank higher tiers first (PriorityTier).
 VLLM_PRIORITY_OF_TIER = 2
@@ -147,10 +148,14 @@ def sender(
     time_left: Callable[[], float],
     request_id: str,
     trace: Trace,
+    clock: StageClock,
 ) -> Callable[[NodeSnapshot], Awaitable[Exchange]]:
     """The call of `request` to a node, for routing's Dispatch.connect: it answers below 500
     (a stream: with its first events, stream_answered), or raises NodeFailed (unreachable, a
     5xx, a stream that fails before it answered) for routing to try another node.
+
+    The connect stage ends when the node's response begins: a stream's head, read here, is its
+    time to first token, as when the relay reads it.
 
     Each call carries the request id (vLLM takes it for its own, so its logs and spans name
     the request as ours do) and, traced, the call's span context (`traceparent`).
@@ -180,6 +185,7 @@ def sender(
                     code=GatewayErrorCode.UPSTREAM_ERROR,
                 )
             ) from exc
+        clock.mark(Stage.CONNECT)
         if response.status >= 500:
             failure = upstream_error(response.status, await response.read())
             response.release()
