@@ -194,16 +194,22 @@ def serving_worker(running: RunningPlatform, model: str) -> Iterator[stack_modul
         worker.stop()
 
 
+def fleet_node(name: str) -> NodeSnapshot | None:
+    """The node named `name` as gateways route on it (its last heartbeat), if it has one."""
+    for raw in sync_redis().hvals(fleet_key()):
+        node = NodeSnapshot.decode(raw)
+        if node.name == name:
+            return node
+    return None
+
+
 def wait_until_served(running: RunningPlatform, model: str, worker: stack_module.Worker) -> None:
     """Block until the worker's node is live and the gateway lists `model`; fail with the
     worker's log if it dies first."""
 
     def node_live() -> bool:
-        for raw in sync_redis().hgetall(fleet_key()).values():
-            node = NodeSnapshot.decode(raw)
-            if node.name == worker.node_name:
-                return node.status == "up"
-        return False
+        node = fleet_node(worker.node_name)
+        return node is not None and node.status == "up"
 
     def served() -> bool:
         if not worker.alive():

@@ -19,15 +19,10 @@ from apps.gateway.runtime import GatewayRuntime
 from apps.gateway.schemas import Endpoint
 from apps.gateway.settlement import settle, submit
 from apps.gateway.state import CompletionState
-from apps.gateway.upstream import sender, stream_error, upstream_error
-from apps.gateway.upstream_http import (
-    UpstreamConnectionError,
-    UpstreamResponse,
-    UpstreamTimeout,
-)
+from apps.gateway.upstream import sender, stream_error, stream_failed, upstream_error
+from apps.gateway.upstream_http import UpstreamConnectionError, UpstreamResponse
 from apps.keys.gate import UsageStatus
 from apps.routing.dispatcher import NodeFailed, RouteRequest
-from dmxplatform import metrics
 from dmxplatform.errors import ApplicationError, UpstreamError
 from dmxplatform.stages import Stage
 
@@ -79,8 +74,6 @@ async def _exchange(state: CompletionState, runtime: GatewayRuntime, send) -> No
                     await _relay(state, runtime, response)
                 else:
                     await _respond(state, runtime, response)
-            except UpstreamTimeout:  # the request's time, not the node's failure
-                raise
             except UpstreamConnectionError as exc:  # the node died or went silent mid-answer
                 raise NodeFailed(
                     UpstreamError(
@@ -185,8 +178,7 @@ async def _relay(
                     # The node's failure: what came before it reaches the client first.
                     if held and (reply.started or events > 1):
                         await reply.body(b"".join(held), more=True)
-                    metrics.gateway_upstream_errors.labels("stream").inc()
-                    raise NodeFailed(error)
+                    raise stream_failed(error)
                 held.append(_refusal(state, error))
                 continue
             events += 1
@@ -204,8 +196,7 @@ async def _relay(
             held = []
     if state.settlement is None:
         # The node closed the stream without [DONE]: it failed mid-generation.
-        metrics.gateway_upstream_errors.labels("stream").inc()
-        raise NodeFailed(
+        raise stream_failed(
             UpstreamError(
                 "The model server ended the stream early.", code=GatewayErrorCode.UPSTREAM_ERROR
             )

@@ -93,6 +93,13 @@ class Exchange:
         self.call.end(status=self.response.status)
 
 
+def stream_failed(error: ApplicationError) -> NodeFailed:
+    """A node's stream failed (a server error event, an early end, a cut): counted once here,
+    and the node's failure for routing."""
+    _STREAM_FAILURES.inc()
+    return NodeFailed(error)
+
+
 async def stream_answered(response: UpstreamResponse, node: NodeSnapshot) -> None:
     """Read a stream's head until the node has answered: EVENTS_TO_ANSWER events, its end, or
     an error event of the request's own (4xx); raise NodeFailed if the node dies, ends the
@@ -114,15 +121,13 @@ async def stream_answered(response: UpstreamResponse, node: NodeSnapshot) -> Non
                 if data.startswith(b'{"error"'):
                     error = stream_error(data)
                     if isinstance(error, UpstreamError):
-                        _STREAM_FAILURES.inc()
-                        raise NodeFailed(error)
+                        raise stream_failed(error)
                     return
                 events += 1
             if events >= EVENTS_TO_ANSWER:
                 return
     except UpstreamConnectionError as exc:
-        _STREAM_FAILURES.inc()
-        raise NodeFailed(
+        raise stream_failed(
             UpstreamError(
                 f"Node {node.name} failed before it answered: {exc}",
                 code=GatewayErrorCode.UPSTREAM_ERROR,
@@ -131,8 +136,7 @@ async def stream_answered(response: UpstreamResponse, node: NodeSnapshot) -> Non
     finally:
         await chunks.aclose()
         response.unread(b"".join(read))
-    _STREAM_FAILURES.inc()
-    raise NodeFailed(
+    raise stream_failed(
         UpstreamError(
             f"Node {node.name} ended the stream before it answered.",
             code=GatewayErrorCode.UPSTREAM_ERROR,

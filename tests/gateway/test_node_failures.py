@@ -18,11 +18,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from apps.hardware.nodestate import NodeSnapshot, fleet_key
 from apps.keys.models import UsageRecord
 from apps.routing.breaker import Breaker, breakers_key
 from dmxplatform.redis_client import sync_redis
-from tests.conftest import TINY_CONTEXT, RunningPlatform, serving_worker
+from tests.conftest import TINY_CONTEXT, RunningPlatform, fleet_node, serving_worker
 from tests.faults import Sent, StreamCutter, assert_recorded_once, send_chat_stream
 from tests.keys.factories import make_api_key
 from tests.models.factories import make_model
@@ -47,11 +46,8 @@ def engine(platform: RunningPlatform, django_db_blocker) -> Iterator[Worker]:
 
 
 def _node_id(name: str) -> int | None:
-    for raw in sync_redis().hgetall(fleet_key()).values():
-        node = NodeSnapshot.decode(raw)
-        if node.name == name and node.status == "up":
-            return node.id
-    return None
+    node = fleet_node(name)
+    return node.id if node is not None and node.status == "up" else None
 
 
 @pytest.fixture

@@ -18,11 +18,9 @@ import uuid
 import httpx
 import pytest
 
-from apps.hardware.nodestate import NodeSnapshot, fleet_key
 from apps.keys.choices import PriorityTier
 from apps.keys.models import UsageRecord
-from dmxplatform.redis_client import sync_redis
-from tests.conftest import TINY_CONTEXT, serving_worker
+from tests.conftest import TINY_CONTEXT, fleet_node, serving_worker
 from tests.keys.factories import make_api_key
 from tests.models.factories import make_model
 from tests.stack import MAX_NUM_SEQS, wait_for
@@ -48,19 +46,11 @@ def priority_model(platform, django_db_blocker):
         yield model, worker
 
 
-def _engine(node_name: str) -> NodeSnapshot | None:
-    for raw in sync_redis().hgetall(fleet_key()).values():
-        node = NodeSnapshot.decode(raw)
-        if node.name == node_name:
-            return node
-    return None
-
-
 def test_a_priority_request_passes_batch_streams_queued_in_the_engine_from_two_replicas(
     platform, committed, priority_model
 ):
     model, worker = priority_model
-    assert _engine(worker.node_name).priority_scheduling
+    assert fleet_node(worker.node_name).priority_scheduling
     _, batch = make_api_key(priority=PriorityTier.BATCH)
     _, priority = make_api_key(priority=PriorityTier.PRIORITY)
     first_token: dict[int, float] = {}  # by stream: the batch ones 0.., the priority one -1
@@ -98,7 +88,7 @@ def test_a_priority_request_passes_batch_streams_queued_in_the_engine_from_two_r
             deadline = time.monotonic() + 90
             while not (
                 len(first_token) >= MAX_NUM_SEQS
-                and (_engine(worker.node_name).engine.num_requests_waiting or 0) >= QUEUED // 2
+                and (fleet_node(worker.node_name).engine.num_requests_waiting or 0) >= QUEUED // 2
             ):
                 assert time.monotonic() < deadline, len(first_token)
                 assert not any(task.done() for task in low), [t for t in low if t.done()]

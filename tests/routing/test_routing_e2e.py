@@ -13,11 +13,11 @@ from collections import Counter
 
 import pytest
 
-from apps.hardware.nodestate import NodeSnapshot, fleet_key
+from apps.hardware.nodestate import NodeSnapshot
 from apps.keys.models import UsageRecord
 from apps.models.models import ModelVersion
 from apps.routing.services import breaker_reset, canary_start
-from dmxplatform.redis_client import sync_redis
+from tests.conftest import fleet_node
 from tests.http import call
 from tests.stack import tiny_prompt_counter, wait_for
 
@@ -89,11 +89,10 @@ def node_name(platform, worker_key: str) -> str:
 
 
 def snapshot(name: str) -> NodeSnapshot:
-    for raw in sync_redis().hgetall(fleet_key()).values():
-        node = NodeSnapshot.decode(raw)
-        if node.name == name:
-            return node
-    raise LookupError(name)
+    node = fleet_node(name)
+    if node is None:
+        raise LookupError(name)
+    return node
 
 
 def test_both_nodes_take_traffic_when_idle(platform, committed):

@@ -20,7 +20,6 @@ from django.utils import timezone
 
 from apps.hardware.choices import NodeStatus
 from apps.hardware.models import Node
-from apps.hardware.nodestate import NodeSnapshot, fleet_key
 from apps.keys.models import UsageRecord
 from apps.models.models import LlmModel
 from apps.routing.choices import ScalerBackend, ScalingAction, ScalingTrigger
@@ -28,8 +27,8 @@ from apps.routing.models import ScalingPolicy
 from apps.routing.scaling.local import LocalProcessScaler, Replica
 from apps.routing.scaling.services import scaling_evaluate
 from apps.routing.scaling.slo import MIN_LATENCY_SAMPLES
-from dmxplatform.redis_client import sync_redis
 from tests import stack
+from tests.conftest import fleet_node
 from tests.http import call
 from tests.models.factories import make_model
 from tests.routing.scaling.factories import record_requests
@@ -119,14 +118,6 @@ def _listed(platform) -> bool:
     return reply.status == 200 and any(m["id"] == MODEL for m in reply.json()["data"])
 
 
-def _snapshot(node_name: str) -> NodeSnapshot | None:
-    for raw in sync_redis().hvals(fleet_key()):
-        snapshot = NodeSnapshot.decode(raw)
-        if snapshot.name == node_name:
-            return snapshot
-    return None
-
-
 def test_breach_starts_a_worker_that_serves_and_calm_stops_it(platform, scaled):
     scaler = LocalProcessScaler.from_policy(scaled)
     assert scaler.current_replicas() == 0
@@ -180,7 +171,7 @@ def test_breach_starts_a_worker_that_serves_and_calm_stops_it(platform, scaled):
     stack.wait_for(lambda: not scaler.replicas(), timeout=STOP_TIMEOUT, what="the worker to exit")
     with pytest.raises(ProcessLookupError):
         os.kill(replica.pid, 0)
-    snapshot = _snapshot(replica.node_name)
+    snapshot = fleet_node(replica.node_name)
     assert snapshot is not None and snapshot.status == NodeStatus.DOWN, "it reported itself down"
     stack.wait_for(  # the row follows the live state on Celery's next node sync
         lambda: Node.objects.get(name=replica.node_name).status == NodeStatus.DOWN,
