@@ -31,9 +31,15 @@ pytestmark = pytest.mark.e2e
 # gateways' saturation queue, so every one of them reaches the engine.
 QUEUED = 8
 LOW_STREAMS = MAX_NUM_SEQS + QUEUED
-# Long enough that no batch stream ends, freeing a slot, before the priority request is in;
-# short enough that the batch's KV cache stays under DMX_ROUTE_KV_CACHE_LIMIT.
-LOW_TOKENS = 1200
+# Batch stream i generates LOW_TOKENS + i * TOKENS_APART tokens. vLLM admits a waiting request
+# only when a running one ends (a full batch is not preempted for priority), so the lengths are
+# apart: one slot frees at a time, which the priority request takes, and the next frees some
+# hundred decode steps later. Were they equal, the batch would end in one step and admit the
+# priority request and queued batch ones together. At least LOW_TOKENS: no stream ends before
+# the priority request is in; at most the context (2,048) less the prompt, and the running
+# ones' sum under DMX_ROUTE_KV_CACHE_LIMIT (all at 1,900 went over it: 503).
+LOW_TOKENS = 400
+TOKENS_APART = 65
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +88,7 @@ def test_a_priority_request_passes_batch_streams_queued_in_the_engine_from_two_r
         limits = httpx.Limits(max_connections=LOW_STREAMS + 1)
         async with httpx.AsyncClient(timeout=120, limits=limits) as client:
             low = [
-                asyncio.ensure_future(stream(client, i, batch, LOW_TOKENS))
+                asyncio.ensure_future(stream(client, i, batch, LOW_TOKENS + i * TOKENS_APART))
                 for i in range(LOW_STREAMS)
             ]
             deadline = time.monotonic() + 90
