@@ -88,6 +88,11 @@ class _Connection(asyncio.Protocol):
 
     def send(self, response: UpstreamResponse, request: bytes, first_byte: float | None) -> None:
         self.response = response
+        if self.transport.is_closing():
+            # The node closed it between connecting and now (uvloop reads the close before the
+            # connecting coroutine resumes); its transport would refuse the write outright.
+            response.fail(UpstreamConnectionError("the node closed the connection at once"))
+            return
         self.transport.write(request)
         self._arm(first_byte)
 

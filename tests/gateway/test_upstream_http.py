@@ -1,8 +1,12 @@
 """The pooled HTTP/1.1 client against real sockets: a small asyncio server per test."""
 
 import asyncio
+import contextlib
+import socket
+import threading
 
 import pytest
+import uvloop
 
 from apps.gateway.upstream_http import HttpPool, UpstreamConnectionError
 
@@ -137,6 +141,39 @@ def test_nobody_listening():
             await pool().post("http://127.0.0.1:1/x", b"{}")
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("loop", ["asyncio", "uvloop"])
+def test_a_node_closing_each_connection_at_once_fails_the_call_as_unreachable(loop):
+    """A dead node's port that still accepts (a proxy in front of it, a listener with no
+    worker): each connection closes as it opens. The gateway runs on uvloop, which can see the
+    close before post() writes, and its transport then refuses the write with a RuntimeError
+    (a 500 for the client) where the node's failure belongs (issue 30's CI run)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def accept():
+        with contextlib.suppress(OSError):
+            while True:
+                listener.accept()[0].close()
+
+    threading.Thread(target=accept, daemon=True).start()
+
+    async def scenario():
+        client = pool()
+        failures = []
+        for _ in range(50):
+            with pytest.raises(UpstreamConnectionError) as failure:
+                await client.post(f"http://127.0.0.1:{port}/v1/chat/completions", b"{}")
+            failures.append(failure.value)
+        return failures
+
+    try:
+        failures = uvloop.run(scenario()) if loop == "uvloop" else asyncio.run(scenario())
+    finally:
+        listener.shutdown(socket.SHUT_RDWR)  # wakes the accepting thread, which then ends
+        listener.close()
+    assert len(failures) == 50
 
 
 def test_closing_an_unfinished_response_closes_its_connection():
