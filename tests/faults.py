@@ -11,6 +11,7 @@ once, with the tokens its client got.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -112,6 +113,9 @@ class StreamCutter(TcpProxy):
     def __init__(self, target: tuple[str, int], *, events: int, reset: bool) -> None:
         self.events = events
         self.reset = reset
+        # When set, every POST gets this HTTP response instead of the engine's (a failing
+        # engine's 5xx: fail_with()).
+        self.answer: bytes | None = None
         # Per stream cut: the completion tokens the last event it let through reported (vLLM's
         # continuous usage), i.e. what the node generated that its client could be given.
         self.cut_usage: list[int] = []
@@ -126,9 +130,21 @@ class StreamCutter(TcpProxy):
             self._sockets.discard(sock)
         sock.close()  # no shutdown: it would send a FIN before the reset
 
+    def fail_with(self, status: int, error: dict[str, Any]) -> None:
+        """Answer every POST with `status` and vLLM's error body for `error`, as an engine
+        that cannot serve (its engine core dead, out of memory) does."""
+        body = json.dumps({"error": {**error, "param": None, "code": status}}).encode()
+        self.answer = (
+            b"HTTP/1.1 %d Error\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+            b"connection: close\r\n\r\n%s" % (status, len(body), body)
+        )
+
     def _pump(self, source: socket.socket, sink: socket.socket, answers: bool) -> None:
         if not answers:
-            super()._pump(source, sink, answers)
+            if self.answer is not None:
+                self._answer(source, sink)
+            else:
+                super()._pump(source, sink, answers)
             return
         head = b""  # the current response's head, until it is complete
         streaming, seen, body = False, 0, b""
@@ -167,6 +183,20 @@ class StreamCutter(TcpProxy):
             pass
         finally:
             for sock in (source, sink):
+                self._drop(sock)
+
+    def _answer(self, client: socket.socket, upstream: socket.socket) -> None:
+        """Give POSTs self.answer and pass the rest (a health check) to the engine."""
+        try:
+            while data := client.recv(CHUNK):
+                if data.startswith(b"POST ") and self.answer is not None:
+                    client.sendall(self.answer)
+                    break
+                upstream.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (client, upstream):
                 self._drop(sock)
 
 

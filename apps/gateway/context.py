@@ -64,15 +64,6 @@ def estimate_prompt(request: CompletionRequest, chars_per_token: int) -> PromptC
     return PromptCount(_prompt_chars(request) // chars_per_token + 1)
 
 
-def context_limit(model: ModelEntry, kv_pressure: float | None) -> int:
-    """The context a request may use now: the model's, or a fraction of it while the fleet
-    serving it is short of KV cache (`kv_pressure`, its live nodes' mean KV-cache use: long
-    prompts would evict everyone else's)."""
-    if kv_pressure is not None and kv_pressure >= settings.DMX_CONTEXT_WATERMARK:
-        return max(1, int(model.max_context_tokens * settings.DMX_CONTEXT_PRESSURE_FACTOR))
-    return model.max_context_tokens
-
-
 def reservation(request: CompletionRequest, count: PromptCount, context_limit: int) -> int:
     """Tokens to hold for a request: its prompts plus the most it may generate, for every
     prompt of a batch and every choice of each."""

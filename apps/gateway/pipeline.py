@@ -24,41 +24,29 @@ from django.conf import settings
 from apps.gateway.context import (
     check_context,
     check_context_bound,
-    context_limit,
     count_prompt,
     estimate_prompt,
     reservation,
 )
 from apps.gateway.errors import GatewayErrorCode
 from apps.gateway.intent import classify
-from apps.gateway.prompts import intent_text, prefix_blocks, screen_prompt
+from apps.gateway.prompts import intent_text, screen_prompt
 from apps.gateway.relay import forward
 from apps.gateway.request_ids import accept_client_request_id
 from apps.gateway.runtime import GatewayRuntime, get_runtime
 from apps.gateway.schemas import Endpoint, parse_json
-from apps.gateway.settlement import confirm, settle
+from apps.gateway.settlement import usage_record
 from apps.gateway.state import CompletionState
-from apps.gateway.upstream_http import UpstreamTimeout
 from apps.keys.gate import UsageStatus
 from apps.models.catalog import ModelEntry
 from apps.models.choices import ModelKind
-from apps.routing.dispatcher import NodeFailed
+from apps.routing.dispatcher import Resolution
 from dmxplatform import metrics
 from dmxplatform.clients import client_address
-from dmxplatform.errors import (
-    ApplicationError,
-    GatewayTimeoutError,
-    InvalidRequestError,
-    NotFoundError,
-    ServiceUnavailableError,
-    UpstreamError,
-    UpstreamUnavailableError,
-)
+from dmxplatform.errors import InvalidRequestError, NotFoundError
 from dmxplatform.logs import bind_request
-from dmxplatform.resp import RedisUnavailable
 from dmxplatform.responses import read_body
 from dmxplatform.stages import GATEWAY_STAGES, Stage
-from inference.prefix_cache import chain_hashes
 
 logger = logging.getLogger(__name__)
 
@@ -70,8 +58,11 @@ CHARS_PER_TOKEN = 4
 
 
 async def complete(state: CompletionState) -> None:
-    """Run the request to its end: answered, usage recorded, metrics and trace written."""
-    runtime: GatewayRuntime | None = None
+    """Run the request to its end: answered, usage recorded, metrics and trace written.
+
+    Two holds end with it, each once, however it ends: the key's lease (settled as its block
+    ends, Lease) and the node routing gave it (reported as Dispatch.connect's block ends, in
+    forward). What is left here is answering the client with the error that ended it."""
     try:
         state.client_request_id = accept_client_request_id(state.scope, state.reply.headers)
         bind_request(
@@ -82,43 +73,22 @@ async def complete(state: CompletionState) -> None:
         runtime = await get_runtime()
         body = await read_body(state.receive, MAX_BODY_BYTES)
         await authenticate(state, runtime, body)
-        if len(body) > settings.DMX_LARGE_BODY_BYTES:
-            try:
-                async with asyncio.timeout(state.time_left()):
-                    await runtime.off_loop(
-                        functools.partial(prepare, state, runtime, body), owner=state.key.id
-                    )
-            except TimeoutError:
-                raise state.timed_out() from None
-        else:
-            prepare(state, runtime, body)
-        await admit(state, runtime)
-        await forward(state, runtime)
-    except ApplicationError as error:
-        await fail(state, runtime, error)
-    except UpstreamTimeout:
-        await fail(state, runtime, state.timed_out())
-    except NodeFailed as failed:  # mid-answer: routing counted it, the client keeps what it had
-        await fail(state, runtime, failed.error)
-    except RedisUnavailable:
-        await fail(
-            state,
-            runtime,
-            ServiceUnavailableError(
-                "The gateway cannot reach its state store. Please retry shortly.",
-                code=GatewayErrorCode.STATE_UNAVAILABLE,
-                headers={"Retry-After": str(settings.DMX_RETRY_AFTER_SECONDS)},
-            ),
+        state.lease = runtime.gate.lease(
+            state.key, request_id=state.request_id, usage=functools.partial(usage_record, state)
         )
-    except Exception:
-        logger.exception("request %s failed", state.request_id)
-        await fail(
-            state,
-            runtime,
-            ApplicationError("The server had an error while processing your request."),
-        )
+        async with state.lease:
+            await prepare_off_loop(state, runtime, body)
+            await admit(state)
+            await forward(state, runtime)
+    except BaseException as ended_by:
+        error = state.end(ended_by)
+        if error is not None:
+            # Mid-stream the status line is gone: the error goes in the stream, as the API
+            # sends it.
+            await state.reply.error(error, event=state.writer.error(error) if state.writer else b"")
+        if not isinstance(ended_by, Exception):
+            raise
     finally:
-        await confirm(state)
         if not state.reply.finished and state.outcome is not UsageStatus.CLIENT_DISCONNECTED:
             _unanswered(state)
         state.trace.end(state)
@@ -150,6 +120,20 @@ async def authenticate(state: CompletionState, runtime: GatewayRuntime, body: by
     state.clock.mark(Stage.AUTH)
 
 
+async def prepare_off_loop(state: CompletionState, runtime: GatewayRuntime, body: bytes) -> None:
+    """prepare(), in the runtime's worker thread when the body is large."""
+    if len(body) <= settings.DMX_LARGE_BODY_BYTES:
+        prepare(state, runtime, body)
+        return
+    try:
+        async with asyncio.timeout(state.time_left()):
+            await runtime.off_loop(
+                functools.partial(prepare, state, runtime, body), owner=state.key.id
+            )
+    except TimeoutError:
+        raise state.timed_out() from None
+
+
 def prepare(state: CompletionState, runtime: GatewayRuntime, body: bytes) -> None:
     """Parse, classify, resolve the model, screen the prompt and count it against the context
     allowed now.
@@ -158,22 +142,20 @@ def prepare(state: CompletionState, runtime: GatewayRuntime, body: bytes) -> Non
     large, so that a prompt of megabytes does not hold the event loop."""
     request = state.request = state.dialect.parse(parse_json(body))
     state.clock.mark(Stage.PARSE)
-    model = state.model = _resolve(state, runtime, request)
+    resolution = _resolve(state, runtime, request)
+    model, limit = state.model, state.context_limit = resolution.model, resolution.context_limit
+    state.preferred = resolution.preferred
     _check_kind(model, request.endpoint)
-    limit = state.context_limit = context_limit(model, runtime.dispatcher.kv_pressure(model.name))
     check_context_bound(model, request, limit)
     state.flags = screen_prompt(runtime.content_filter, request)
     state.clock.mark(Stage.SCREEN)
     counted = state.prompt_count = count_prompt(model, request)
     tokens = state.estimated_tokens = counted.tokens
-    # Routing matches the prompt's prefix in token groups, as engines report what they cache;
-    # without the model's tokenizer, in text blocks (this gateway's own routing index only).
-    state.prefix_blocks = chain_hashes(counted.ids) if counted.ids else prefix_blocks(request)
     check_context(model, request, tokens, limit)
     state.clock.mark(Stage.CONTEXT)
 
 
-def _resolve(state: CompletionState, runtime: GatewayRuntime, request) -> ModelEntry:
+def _resolve(state: CompletionState, runtime: GatewayRuntime, request) -> Resolution:
     """The model the request goes to: an alias resolved by the prompt's intent (embeddings
     name their model: no intent is read)."""
     resolve = functools.partial(
@@ -183,8 +165,7 @@ def _resolve(state: CompletionState, runtime: GatewayRuntime, request) -> ModelE
         allows=state.key.allows,
     )
     if request.endpoint is Endpoint.EMBEDDINGS:
-        model, state.preferred = resolve(intent="")
-        return model
+        return resolve(intent="")
     prediction = classify(intent_text(request))
     state.intent = prediction.label
     state.intent_confidence = prediction.confidence
@@ -195,12 +176,11 @@ def _resolve(state: CompletionState, runtime: GatewayRuntime, request) -> ModelE
     state.intent_low_confidence = not sure
     metrics.gateway_intents.labels(state.intent, "ok" if sure else "low").inc()
     try:
-        model, state.preferred = resolve(intent=state.intent if sure else "")
+        return resolve(intent=state.intent if sure else "")
     except NotFoundError:
         if sure:
             raise
-        model, state.preferred = resolve(intent=state.intent)
-    return model
+        return resolve(intent=state.intent)
 
 
 def _check_kind(model: ModelEntry, endpoint: Endpoint) -> None:
@@ -215,41 +195,18 @@ def _check_kind(model: ModelEntry, endpoint: Endpoint) -> None:
         )
 
 
-async def admit(state: CompletionState, runtime: GatewayRuntime) -> None:
+async def admit(state: CompletionState) -> None:
     """Reserve the prompt and the completion it may take against the key's limits."""
     request, count = state.request, state.prompt_count
     if count is None or count.tokens is None:
         count = estimate_prompt(request, CHARS_PER_TOKEN)
-    state.reserved = reservation(request, count, state.context_limit)
-    state.admission = await runtime.gate.admit(
-        state.key,
-        request_id=state.request_id,
+    admission = await state.lease.admit(
         model=state.model.name,
-        reserve=state.reserved,
+        reserve=reservation(request, count, state.context_limit),
         nonce=state.nonce,
     )
-    state.reply.headers += state.admission.headers()
+    state.reply.headers += admission.headers()
     state.clock.mark(Stage.LIMITS)
-
-
-async def fail(
-    state: CompletionState, runtime: GatewayRuntime | None, error: ApplicationError
-) -> None:
-    state.http_status = error.status
-    state.error_code = str(error.code)
-    if state.outcome is UsageStatus.OK:
-        state.outcome = _outcome_of(error)
-    await settle(state, runtime)
-    # Mid-stream the status line is gone: the error goes in the stream, as the API sends it.
-    await state.reply.error(error, event=state.writer.error(error) if state.writer else b"")
-
-
-def _outcome_of(error: ApplicationError) -> UsageStatus:
-    if isinstance(error, GatewayTimeoutError):
-        return UsageStatus.TIMED_OUT
-    if isinstance(error, UpstreamError | UpstreamUnavailableError):
-        return UsageStatus.UPSTREAM_ERROR
-    return UsageStatus.REJECTED
 
 
 # Children bound once (metrics.Bound): label lookups are what the request path can do without.

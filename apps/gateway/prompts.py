@@ -98,37 +98,3 @@ def affinity_key(request: CompletionRequest) -> int | None:
     if not prefix:
         return None
     return int.from_bytes(hashlib.blake2b(prefix[:limit].encode(), digest_size=8).digest(), "big")
-
-
-# About vLLM's 512-token prefix-cache block in text (three to five characters a token): the
-# blocks need not align with the engine's, only be the same for two prompts with the same start.
-PREFIX_BLOCK_CHARS = 2048
-# 256 blocks cover a 128k-token context; the hashing stays bounded (blake2b, about 0.5 ms a MB).
-MAX_PREFIX_BLOCKS = 256
-
-
-def _prompt_stream(request: CompletionRequest) -> str:
-    if request.endpoint is Endpoint.CHAT:
-        return "".join(
-            f"\x1e{message.get('role')}\x1f{message_text(message.get('content'))}"
-            for message in request.payload["messages"]
-        )
-    prompt = request.prompt
-    return prompt if isinstance(prompt, str) else ""
-
-
-def prefix_blocks(request: CompletionRequest) -> tuple[int, ...]:
-    """Chained 64-bit hashes of the prompt's full PREFIX_BLOCK_CHARS blocks, as vLLM chains its
-    prefix-cache blocks: two prompts share a block's hash only when they share everything up
-    to its end, so the router can tell how much of a prompt a node has recently seen. For a
-    model without a tokenizer; with one, the prompt's token groups are hashed instead
-    (inference.prefix_cache.chain_hashes), as engines report what they cache."""
-    text = _prompt_stream(request)
-    full = min(len(text) // PREFIX_BLOCK_CHARS, MAX_PREFIX_BLOCKS)
-    hashes = []
-    previous = b""
-    for i in range(full):
-        chunk = text[i * PREFIX_BLOCK_CHARS : (i + 1) * PREFIX_BLOCK_CHARS]
-        previous = hashlib.blake2b(previous + chunk.encode(), digest_size=8).digest()
-        hashes.append(int.from_bytes(previous, "big"))
-    return tuple(hashes)

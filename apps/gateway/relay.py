@@ -15,9 +15,9 @@ from apps.gateway.dialects.base import Answer
 from apps.gateway.errors import GatewayErrorCode
 from apps.gateway.outputs import StreamEditor, embeddings_answer, filter_response, identity
 from apps.gateway.prompts import affinity_key
+from apps.gateway.reply import ClientLeft
 from apps.gateway.runtime import GatewayRuntime
 from apps.gateway.schemas import Endpoint
-from apps.gateway.settlement import settle, submit
 from apps.gateway.state import CompletionState
 from apps.gateway.upstream import sender, stream_error, stream_failed, upstream_error
 from apps.gateway.upstream_http import UpstreamConnectionError, UpstreamResponse
@@ -41,7 +41,7 @@ async def forward(state: CompletionState, runtime: GatewayRuntime) -> None:
             priority=key.priority,
             affinity=affinity_key(request),
             preferred_profiles=state.preferred,
-            prefix_blocks=state.prefix_blocks,
+            prompt_ids=state.prompt_count.ids or (),
             prompt_param=request.param,
             streamed=request.stream,
         ),
@@ -58,7 +58,7 @@ async def forward(state: CompletionState, runtime: GatewayRuntime) -> None:
         clock=state.clock,
     )
     if request.stream:
-        await _while_the_client_waits(state, runtime, _exchange(state, runtime, send))
+        await _while_the_client_waits(state, _exchange(state, runtime, send))
     else:
         await _exchange(state, runtime, send)
 
@@ -103,12 +103,12 @@ async def _respond(
         if filtered.blocked:
             state.outcome = UsageStatus.CONTENT_FILTERED
         answer = state.dialect.answer(filtered.response, _answer(state), filtered.stop_sequence)
-    await submit(state, runtime)
+    await state.lease.submit()
     await state.reply.json(200, orjson.dumps(answer))
 
 
 async def _while_the_client_waits(
-    state: CompletionState, runtime: GatewayRuntime, exchange: Coroutine[Any, Any, None]
+    state: CompletionState, exchange: Coroutine[Any, Any, None]
 ) -> None:
     """Run the exchange until it ends, the client leaves or the request's time is up."""
     relay = asyncio.ensure_future(exchange)
@@ -126,10 +126,8 @@ async def _while_the_client_waits(
     if not done:  # the request's time is up: end the stream, bill what was generated
         disconnect.cancel()
         raise state.timed_out()
-    # The client left: charge what was generated; closing the response aborts vLLM's work.
-    state.outcome = UsageStatus.CLIENT_DISCONNECTED
-    state.http_status = 499  # nginx's "client closed request"
-    await settle(state, runtime)
+    # The client left: what was generated is charged; closing the response aborted vLLM's work.
+    raise ClientLeft
 
 
 def _identity(state: CompletionState) -> dict[str, str]:
@@ -169,7 +167,7 @@ async def _relay(
                 continue
             if data == sse.DONE:
                 state.clock.mark(Stage.DECODE)
-                await submit(state, runtime)
+                await state.lease.submit()
                 held.append(writer.end(cut=False))
                 continue
             if data.startswith(b'{"error"'):
@@ -189,12 +187,12 @@ async def _relay(
             if edited is not None:
                 held.append(writer.chunk(edited))
             if editor.blocked is not None:
-                await _end_blocked(state, runtime, held)
+                await _end_blocked(state, held)
                 return
-        if held and (reply.started or events > 1 or state.settlement is not None):
+        if held and (reply.started or events > 1 or state.lease.submitted):
             await reply.body(b"".join(held), more=True)
             held = []
-    if state.settlement is None:
+    if not state.lease.submitted:
         # The node closed the stream without [DONE]: it failed mid-generation.
         raise stream_failed(
             UpstreamError(
@@ -215,10 +213,10 @@ def _refusal(state: CompletionState, error: ApplicationError) -> bytes:
     return state.writer.error(error)
 
 
-async def _end_blocked(state: CompletionState, runtime: GatewayRuntime, out: list[bytes]) -> None:
+async def _end_blocked(state: CompletionState, out: list[bytes]) -> None:
     """The output hit a blocked term: finish the stream here, bill what was generated."""
     state.outcome = UsageStatus.CONTENT_FILTERED
     state.clock.mark(Stage.DECODE)
-    await settle(state, runtime)
+    await state.lease.submit()
     out.append(state.writer.end(cut=True))
     await state.reply.body(b"".join(out), more=False)

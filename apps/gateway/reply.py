@@ -9,6 +9,10 @@ from dmxplatform.errors import ApplicationError
 from dmxplatform.responses import EVENT_STREAM, Headers, send_error, send_json
 
 
+class ClientLeft(Exception):
+    """The client closed the connection before its answer was complete."""
+
+
 class ClientReply:
     """What the stages gathered for the response's head (request id, rate-limit headers), and
     whether the head went out: a stream's status line cannot be taken back, so an error after

@@ -1,17 +1,15 @@
-"""The settle stage: the request's usage record and the refund of what it did not use, once.
-
-The settle call with the usage record is in the kernel's socket to Redis before the response's
-last bytes leave (KeyGate.settle), so a response a client received always has its record even
-if this process dies; Redis's answer is awaited after the response (confirm).
+"""The settle stage: the request's usage record, for its key's lease (KeyGate.lease) to settle
+with, once: the refund of what the request did not use, its concurrency slot and the record go
+to Redis in one call, before the answer's last bytes (Lease.submit) or, when something else
+ended the request, as the lease's block ends.
 """
 
 from __future__ import annotations
 
 import time
 
-from apps.gateway.runtime import GatewayRuntime
 from apps.gateway.state import CompletionState
-from apps.keys.gate import MODEL_CHARS, PriorityTier, UsageEvent
+from apps.keys.gate import MODEL_CHARS, Entry, PriorityTier, UsageEvent
 from dmxplatform import metrics
 from dmxplatform.records import storable_text
 from dmxplatform.stages import Stage
@@ -20,17 +18,12 @@ _TIER_LABELS = {tier.value: tier.name.lower() for tier in PriorityTier}
 _TOKENS = metrics.Bound(metrics.gateway_tokens)
 
 
-async def settle(state: CompletionState, runtime: GatewayRuntime | None) -> None:
-    """Settle and wait for Redis's answer (where nothing is left to send the client)."""
-    await submit(state, runtime)
-    await confirm(state)
-
-
-async def submit(state: CompletionState, runtime: GatewayRuntime | None) -> None:
-    """Refund the reservation's excess and append the usage record (and the routing decision,
-    when it is logged); once per request, returning when the call is on its way."""
-    if state.settlement is not None or state.key is None or runtime is None:
-        return
+def usage_record(
+    state: CompletionState, ended_by: BaseException | None
+) -> tuple[UsageEvent, tuple[Entry, ...]]:
+    """The request's usage record and (when decisions are logged) its routing decision's,
+    `ended_by` deciding how it ended (CompletionState.end)."""
+    state.end(ended_by)
     timings = state.clock.timings
     if Stage.DECODE in timings or Stage.GENERATE in timings:
         state.clock.mark(Stage.SETTLE)
@@ -38,35 +31,21 @@ async def submit(state: CompletionState, runtime: GatewayRuntime | None) -> None
     prompt = int(usage.get("prompt_tokens") or 0)
     completion = int(usage.get("completion_tokens") or 0)
     event = usage_event(state, prompt, completion)
-    decision = (
-        state.dispatch.decision_entry(
-            request_id=state.request_id,
-            tenant_id=state.key.tenant_id,
-            created_at=state.received_at,
-            intent=state.intent,
-            intent_confidence=state.intent_confidence,
-            intent_low_confidence=state.intent_low_confidence,
-        )
-        if state.dispatch
-        else None
-    )
-    state.settlement = runtime.gate.settle(
-        state.admission,
-        refund=state.reserved - prompt - completion,
-        usage=event,
-        entries=(decision,) if decision else (),
-    )
-    await state.settlement.sent()
     if prompt or completion:
         tier = _TIER_LABELS.get(state.key.priority, "standard")
         _TOKENS(event.model, "prompt", tier).inc(prompt)
         _TOKENS(event.model, "completion", tier).inc(completion)
-
-
-async def confirm(state: CompletionState) -> None:
-    """Wait for the settle call's answer, if one is on its way (spooled if Redis failed it)."""
-    if state.settlement is not None:
-        await state.settlement.confirm()
+    if state.dispatch is None:
+        return event, ()
+    decision = state.dispatch.decision_entry(
+        request_id=state.request_id,
+        tenant_id=state.key.tenant_id,
+        created_at=state.received_at,
+        intent=state.intent,
+        intent_confidence=state.intent_confidence,
+        intent_low_confidence=state.intent_low_confidence,
+    )
+    return event, (decision,) if decision else ()
 
 
 def usage_event(state: CompletionState, prompt: int, completion: int) -> UsageEvent:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from typing import Any
@@ -12,13 +13,24 @@ from apps.gateway import tracing
 from apps.gateway.context import PromptCount
 from apps.gateway.dialects import dialect_for
 from apps.gateway.dialects.base import StreamWriter
+from apps.gateway.errors import GatewayErrorCode
 from apps.gateway.outputs import StreamEditor
-from apps.gateway.reply import ClientReply
+from apps.gateway.reply import ClientLeft, ClientReply
 from apps.gateway.schemas import CompletionRequest, Endpoint
-from apps.keys.gate import Admission, KeyRecord, Settlement, UsageStatus
+from apps.gateway.upstream_http import UpstreamTimeout
+from apps.keys.gate import KeyRecord, Lease, UsageStatus
 from apps.models.catalog import ModelEntry
-from apps.routing.dispatcher import Dispatch, NodeSnapshot
-from dmxplatform.errors import GatewayTimeoutError
+from apps.routing.dispatcher import Dispatch, NodeFailed, NodeSnapshot
+from dmxplatform.errors import (
+    ApplicationError,
+    GatewayTimeoutError,
+    ServiceUnavailableError,
+    UpstreamError,
+    UpstreamUnavailableError,
+)
+from dmxplatform.resp import RedisUnavailable
+
+logger = logging.getLogger(__name__)
 
 
 def new_request_id() -> str:
@@ -73,11 +85,8 @@ class CompletionState:
         self.flags: list[str] = []
         self.estimated_tokens: int | None = None
         self.prompt_count: PromptCount | None = None
-        # Chained hashes of the prompt's 512-token groups (or text blocks), for routing.
-        self.prefix_blocks: tuple[int, ...] = ()
-        # limits: what was reserved against the key's limits.
-        self.reserved = 0
-        self.admission: Admission | None = None
+        # limits: the key's hold on them, settled once when the request ends.
+        self.lease: Lease | None = None
         # route, connect: the way to a node (routing's).
         self.dispatch: Dispatch | None = None
         # The answer: the stream's editor and writer (the client's events), an unstreamed
@@ -86,12 +95,14 @@ class CompletionState:
         self.writer: StreamWriter | None = None
         self.usage: dict[str, Any] | None = None
         self.first_token_at: float | None = None
-        # How it ended.
+        # How it ended (end()): the outcome an answer decides (a filtered or refused stream)
+        # is set as it happens; an error that ended it is answered to the client.
         self.outcome = UsageStatus.OK
         self.http_status = 200
         self.error_code = ""
-        # settle: the settle call, once made.
-        self.settlement: Settlement | None = None
+        self.error: ApplicationError | None = None
+        self._ended = False
+        self._ended_by: BaseException | None = None
 
     @property
     def node(self) -> NodeSnapshot | None:
@@ -106,7 +117,61 @@ class CompletionState:
         return self.started + settings.DMX_REQUEST_TIMEOUT_SECONDS - time.perf_counter()
 
     def timed_out(self) -> GatewayTimeoutError:
-        """The error of a request that ran out of time (the pipeline's `fail` records it)."""
+        """The error of a request that ran out of time."""
         return GatewayTimeoutError(
             f"The request ran longer than {settings.DMX_REQUEST_TIMEOUT_SECONDS:g} seconds."
         )
+
+    def end(self, ended_by: BaseException | None) -> ApplicationError | None:
+        """Decide how the request ended from what ended it (None: its answer went out whole):
+        the outcome, status and error code its usage record, trace and metrics carry. Returns
+        the error to answer its client with, if any. The first call decides (the key's lease
+        settling, before the client is answered); later ones return the same."""
+        if self._ended:
+            if ended_by not in (None, self._ended_by) and not isinstance(ended_by, ClientLeft):
+                # Raised after the request's end was decided and settled (its answer's last
+                # bytes on their way): nothing to answer, but not to be lost either.
+                logger.warning("request %s: %r after it ended", self.request_id, ended_by)
+            return self.error
+        self._ended, self._ended_by = True, ended_by
+        if isinstance(ended_by, ClientLeft):
+            self.outcome = UsageStatus.CLIENT_DISCONNECTED
+            self.http_status = 499  # nginx's "client closed request"
+            return None
+        if ended_by is not None and not isinstance(ended_by, Exception):
+            self.outcome = UsageStatus.INTERRUPTED  # cancelled: the server stopped
+            self.http_status = 503
+            return None
+        error = self.error = None if ended_by is None else _error_of(self, ended_by)
+        if error is not None:
+            self.http_status = error.status
+            self.error_code = str(error.code)
+            if self.outcome is UsageStatus.OK:
+                self.outcome = _outcome_of(error)
+        return error
+
+
+def _error_of(state: CompletionState, exc: Exception) -> ApplicationError:
+    """The error a client is answered with for the exception that ended its request."""
+    if isinstance(exc, ApplicationError):
+        return exc
+    if isinstance(exc, NodeFailed):  # mid-answer: routing counted it, the client keeps its part
+        return exc.error
+    if isinstance(exc, UpstreamTimeout):
+        return state.timed_out()
+    if isinstance(exc, RedisUnavailable):
+        return ServiceUnavailableError(
+            "The gateway cannot reach its state store. Please retry shortly.",
+            code=GatewayErrorCode.STATE_UNAVAILABLE,
+            headers={"Retry-After": str(settings.DMX_RETRY_AFTER_SECONDS)},
+        )
+    logger.error("request %s failed", state.request_id, exc_info=exc)
+    return ApplicationError("The server had an error while processing your request.")
+
+
+def _outcome_of(error: ApplicationError) -> UsageStatus:
+    if isinstance(error, GatewayTimeoutError):
+        return UsageStatus.TIMED_OUT
+    if isinstance(error, UpstreamError | UpstreamUnavailableError):
+        return UsageStatus.UPSTREAM_ERROR
+    return UsageStatus.REJECTED

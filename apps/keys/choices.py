@@ -8,6 +8,7 @@ class UsageStatus(models.TextChoices):
     REJECTED = "rejected", "Rejected"
     CONTENT_FILTERED = "content_filtered", "Stopped by the content filter"
     TIMED_OUT = "timed_out", "Ran past the request timeout"
+    INTERRUPTED = "interrupted", "Cut off by the gateway's shutdown"
 
 
 class PriorityTier(models.IntegerChoices):

@@ -1,5 +1,5 @@
 """The gateway's one door into keys: who calls (authenticate), whether they may now (admit), and
-what they used (settle).
+what they used (a Lease, admitted and settled once).
 
 KeyGate owns what a gateway process keeps of keys: the key cache and the listener that keeps it
 fresh, the limiter with its admission leases, and the ledger's half of settling (the usage
@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -37,10 +38,11 @@ from dmxplatform.spool import Spool
 __all__ = [
     "MODEL_CHARS",
     "Admission",
+    "Entry",
     "KeyGate",
     "KeyRecord",
+    "Lease",
     "PriorityTier",
-    "Settlement",
     "UsageEvent",
     "UsageStatus",
 ]
@@ -51,6 +53,9 @@ logger = logging.getLogger(__name__)
 RECONNECT_DELAY = 1.0
 # A stream entry to append with the settlement: (stream key, encoded entry).
 Entry = tuple[str, bytes]
+# A request's usage record and its other streams' entries, from the exception that ended it
+# (None: it was answered in full).
+UsageOf = Callable[[BaseException | None], tuple[UsageEvent, tuple[Entry, ...]]]
 
 
 class KeyGate:
@@ -125,42 +130,17 @@ class KeyGate:
         """The key of a bearer token alone (for reads that reserve nothing: /v1/models)."""
         return await authenticate(self.keys, authorization)
 
-    async def admit(
-        self, key: KeyRecord, *, request_id: str, model: str, reserve: int, nonce: str | None
-    ) -> Admission:
-        """Reserve `reserve` tokens and a request against every limit of the key, or raise the
-        refusal (429, or 503 without Redis) in OpenAI's shape."""
-        return await admit(
-            self.limiter,
-            request_id=request_id,
-            key=key,
-            model=model,
-            reserve=reserve,
-            nonce=nonce,
-        )
-
-    def settle(
+    def lease(
         self,
-        admission: Admission | None,
+        key: KeyRecord,
         *,
-        refund: int,
-        usage: UsageEvent,
-        entries: tuple[Entry, ...] = (),
-    ) -> Settlement:
-        """Give back `refund` of the reservation, free the request's slot and append its usage
-        record (with `entries`, other streams' records of the request) in one Redis call.
-
-        The call starts at once; Settlement.sent returns once it is in the kernel's socket to
-        Redis (RespClient.submit): a response sent after it cannot lose its record to a crash
-        of this process. Redis's answer is awaited by Settlement.confirm, after the response,
-        instead of holding it back a round trip."""
-        events = [(USAGE_STREAM.of_tenant(usage.tenant_id).key(), usage.encode()), *entries]
-        # A task of its own, so that a caller cancelled meanwhile (the client left, the time ran
-        # out) cannot cancel the call halfway and drop the record: confirm() waits for it.
-        call = asyncio.ensure_future(
-            self.limiter.submit_settle(admission, refund=refund, events=events)
-        )
-        return Settlement(self, usage.request_id, events, call)
+        request_id: str,
+        usage: UsageOf,
+    ) -> Lease:
+        """A request's hold on `key`, as an async context manager that settles exactly once
+        when its block ends (see Lease); `usage` gives the request's usage record (and other
+        streams' records of it) from what ended the block."""
+        return Lease(self, key, request_id, usage)
 
     def keep(self, request_id: str, entries: list[Entry]) -> None:
         """Redis did not take a request's stream entries: spool them for the runtime to replay;
@@ -200,32 +180,94 @@ class KeyGate:
                 await asyncio.sleep(RECONNECT_DELAY)
 
 
-class Settlement:
-    """One request's settle call on its way: the entries it carries and Redis's answer to come."""
+class Lease:
+    """One request's hold on its key: what admit() reserved against the key's limits, given
+    back by the settle call, which also appends the request's usage record, exactly once.
+
+    Whoever answers the request calls submit() before the answer's last bytes: the settle call
+    is then in the kernel's socket to Redis (RespClient.submit), so an answer a client received
+    cannot lose its record to a crash of this process. The block's exit makes the call if that
+    did not happen (an error, the client gone, a cancellation: `usage` is given the exception),
+    then waits for Redis's answer, after the answer to the client instead of holding it back a
+    round trip, and spools the record if Redis failed the call.
+    """
+
+    __slots__ = (
+        "_admission",
+        "_call",
+        "_entries",
+        "_gate",
+        "_key",
+        "_request_id",
+        "_reserved",
+        "_usage",
+    )
 
     def __init__(
-        self, gate: KeyGate, request_id: str, entries: list[Entry], call: asyncio.Future
+        self,
+        gate: KeyGate,
+        key: KeyRecord,
+        request_id: str,
+        usage: UsageOf,
     ) -> None:
         self._gate = gate
-        self.request_id = request_id
-        self.entries = entries
-        self._call = call
-        self._confirmed = False
+        self._key = key
+        self._request_id = request_id
+        self._usage = usage
+        self._admission: Admission | None = None
+        self._reserved = 0
+        self._entries: list[Entry] = []
+        self._call: asyncio.Future | None = None
 
-    async def sent(self) -> None:
-        """Wait until the call is in the socket to Redis (or failed: confirm() sees how)."""
-        with contextlib.suppress(Exception):
+    async def admit(self, *, model: str, reserve: int, nonce: str | None) -> Admission:
+        """Reserve `reserve` tokens and a request against every limit of the key, or raise the
+        refusal (429, or 503 without Redis) in OpenAI's shape."""
+        self._admission = await admit(
+            self._gate.limiter,
+            request_id=self._request_id,
+            key=self._key,
+            model=model,
+            reserve=reserve,
+            nonce=nonce,
+        )
+        self._reserved = reserve
+        return self._admission
+
+    @property
+    def submitted(self) -> bool:
+        return self._call is not None
+
+    async def submit(self) -> None:
+        """Settle now, the request answered in full: return once the call is on its way."""
+        self._start(None)
+        with contextlib.suppress(Exception):  # a failed call is the exit's to keep
             await asyncio.shield(self._call)
 
-    async def confirm(self) -> None:
-        """Wait for the call and Redis's answer to it; spool the entries when it failed (maybe
-        appended, maybe not: a replay of one that was is stored once). Once."""
-        if self._confirmed:
+    def _start(self, ended_by: BaseException | None) -> None:
+        if self._call is not None:
             return
-        self._confirmed = True
+        usage, entries = self._usage(ended_by)
+        admission = self._admission
+        refund = self._reserved - usage.prompt_tokens - usage.completion_tokens
+        events = self._entries = [
+            (USAGE_STREAM.of_tenant(usage.tenant_id).key(), usage.encode()),
+            *entries,
+        ]
+        # A task of its own, so that a caller cancelled meanwhile (the client left, the time ran
+        # out) cannot cancel the call halfway and drop the record: the exit waits for it.
+        self._call = asyncio.ensure_future(
+            self._gate.limiter.submit_settle(admission, refund=refund, events=events)
+        )
+
+    async def __aenter__(self) -> Lease:
+        return self
+
+    async def __aexit__(self, kind, ended_by, traceback) -> None:
+        self._start(ended_by)
         try:
             await (await self._call)
         except BaseException as exc:
-            self._gate.keep(self.request_id, self.entries)
+            # Maybe appended, maybe not: a replay of one that was is stored once.
+            self._gate.keep(self._request_id, self._entries)
             if not isinstance(exc, Exception):
                 raise  # cancelled: the record is kept, the cancellation goes on

@@ -26,6 +26,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from channels.db import database_sync_to_async
@@ -67,7 +68,7 @@ from dmxplatform.redis_client import rkey
 from dmxplatform.resp import ClusterRespClient, RespClient, RespError
 from dmxplatform.stages import Stage, StageClock
 
-__all__ = ["Dispatch", "Dispatcher", "NodeFailed", "NodeSnapshot", "RouteRequest"]
+__all__ = ["Dispatch", "Dispatcher", "NodeFailed", "NodeSnapshot", "Resolution", "RouteRequest"]
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -92,6 +93,26 @@ class NodeFailed(Exception):
     def __init__(self, error: ApplicationError) -> None:
         super().__init__(error.message)
         self.error = error
+
+
+@dataclass(frozen=True, slots=True)
+class Resolution:
+    """The model a request goes to and what routing knows of it as the request is resolved."""
+
+    model: ModelEntry
+    # The hardware profiles its route prefers (the routing table's; none: any node).
+    preferred: frozenset[str]
+    # The context a request may use now (context_limit).
+    context_limit: int
+
+
+def context_limit(model: ModelEntry, kv_pressure: float | None) -> int:
+    """The context a request may use now: the model's, or a fraction of it while the fleet
+    serving it is short of KV cache (`kv_pressure`, its live nodes' mean KV-cache use: long
+    prompts would evict everyone else's)."""
+    if kv_pressure is not None and kv_pressure >= settings.DMX_CONTEXT_WATERMARK:
+        return max(1, int(model.max_context_tokens * settings.DMX_CONTEXT_PRESSURE_FACTOR))
+    return model.max_context_tokens
 
 
 class Dispatcher:
@@ -137,10 +158,10 @@ class Dispatcher:
 
     def resolve(
         self, name: str, *, intent: str, request_id: str, allows: Callable[[str], bool]
-    ) -> tuple[ModelEntry, frozenset[str]]:
-        """The model a request names, or the one its alias routes to for its intent (with the
-        routing table's hardware preference), if it exists and `allows` (the key) lets the
-        caller use it; else 404, as OpenAI answers an unknown model."""
+    ) -> Resolution:
+        """The model a request names, or the one its alias routes to for its intent, if it
+        exists and `allows` (the key) lets the caller use it (else 404, as OpenAI answers an
+        unknown model), with what routing knows of it now."""
         preferred: frozenset[str] = frozenset()
         allowed = allows(name)
         if self.table.is_alias(name):
@@ -156,16 +177,12 @@ class Dispatcher:
                 param="model",
                 code=ModelsErrorCode.MODEL_NOT_FOUND,
             )
-        return entry, preferred
+        return Resolution(entry, preferred, context_limit(entry, self.fleet.kv_pressure(name)))
 
     def served_models(self) -> list[ModelEntry]:
         """The catalog's models that a live node serves now (GET /v1/models)."""
         live = self.fleet.live_models()
         return [model for model in self.catalog.models.values() if model.name in live]
-
-    def kv_pressure(self, model: str) -> float | None:
-        """Mean KV-cache use of the nodes serving `model`, or None when none is live."""
-        return self.fleet.kv_pressure(model)
 
     def dispatch(self, request: RouteRequest, clock: StageClock, *, asked: str) -> Dispatch:
         """`asked`: the model as the client named it (an alias, maybe), for its errors and the

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import functools
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 
 from django.conf import settings
@@ -45,7 +45,7 @@ from apps.routing.breaker import CLOSED, BreakerBoard, BreakerState
 from apps.routing.fleet import FleetView
 from apps.routing.stats import GatewayStats
 from inference.hardware.profiles import profile_named, serving_rates
-from inference.prefix_cache import GROUP_TOKENS
+from inference.prefix_cache import GROUP_TOKENS, chain_hashes
 
 # Predictions use a reference model's figures: routing compares nodes serving the same model, so
 # the ratios between GPUs matter, not the absolute rate (an 8B dense model in BF16, Llama-3's
@@ -95,13 +95,20 @@ class RouteRequest:
     priority: int = 1
     affinity: int | None = None
     preferred_profiles: frozenset[str] = frozenset()
-    # Chained hashes of the prompt's PREFIX_BLOCK_TOKENS-token groups (inference.prefix_cache).
+    # The prompt's token ids, where the model's tokenizer counted them (a single prompt), and
+    # their chained group hashes (inference.prefix_cache), as engines report what they cache:
+    # made from the ids here, or given (a trace replayed has the hashes only).
+    prompt_ids: Sequence[int] = ()
     prefix_blocks: tuple[int, ...] = ()
     # The request's field that holds its prompt, which a refusal for its length names.
     prompt_param: str = "messages"
     # Whether the gateway sees the first token (a stream). For a request it does not, the
     # prompt stops counting as queued prefill work when its predicted first token is due.
     streamed: bool = True
+
+    def __post_init__(self) -> None:
+        if self.prompt_ids and not self.prefix_blocks:
+            self.prefix_blocks = chain_hashes(self.prompt_ids)
 
 
 @dataclass(slots=True)

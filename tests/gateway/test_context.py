@@ -2,8 +2,9 @@
 
 import pytest
 
-from apps.gateway.context import check_context, check_context_bound, context_limit
+from apps.gateway.context import check_context, check_context_bound
 from apps.gateway.schemas import Endpoint, validate_completion
+from apps.routing.dispatcher import context_limit
 from dmxplatform.errors import InvalidRequestError
 from tests.routing.factories import make_fleet, make_model_entry, make_snapshot
 

@@ -18,11 +18,14 @@ from collections.abc import Iterator
 
 import pytest
 
+from apps.hardware.models import Node
+from apps.hardware.services import node_drain, node_undrain
 from apps.keys.models import UsageRecord
 from apps.routing.breaker import Breaker, breakers_key
 from dmxplatform.redis_client import sync_redis
 from tests.conftest import TINY_CONTEXT, RunningPlatform, fleet_node, serving_worker
 from tests.faults import Sent, StreamCutter, assert_recorded_once, send_chat_stream
+from tests.http import call
 from tests.keys.factories import make_api_key
 from tests.models.factories import make_model
 from tests.stack import Worker, wait_for
@@ -76,8 +79,16 @@ def _failures(node_id: int) -> int:
     return Breaker.parse(raw).failures if raw else 0
 
 
+# vLLM's answer when its engine core has died (EngineDeadError: a crash, out of GPU memory).
+ENGINE_DEAD = {
+    "message": "EngineCore encountered an issue. See stack trace (above) for the root cause.",
+    "type": "InternalServerError",
+}
+
+
 @pytest.mark.parametrize(
-    "fault", ["reset-after-first-event", "closed-after-first-event", "refused"]
+    "fault",
+    ["reset-after-first-event", "closed-after-first-event", "refused", "engine-dead-500"],
 )
 def test_a_node_failing_before_the_client_saw_a_byte_hands_the_request_to_the_other(
     platform, committed, faulty, fault
@@ -85,6 +96,8 @@ def test_a_node_failing_before_the_client_saw_a_byte_hands_the_request_to_the_ot
     proxy, node_id = faulty
     if fault == "refused":
         proxy.cut()
+    elif fault == "engine-dead-500":
+        proxy.fail_with(500, ENGINE_DEAD)
     else:
         proxy.events, proxy.reset = 1, fault.startswith("reset")
     api_key, secret = make_api_key()
@@ -164,3 +177,81 @@ def test_an_engine_killed_after_the_client_got_tokens_ends_the_stream_in_the_api
     )
     assert (record.status, record.http_status) == ("upstream_error", 502)
     assert record.completion_tokens == proxy.cut_usage[-1] > 0
+
+
+def _ask(platform: RunningPlatform, secret: str):
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": f"{uuid.uuid4()} tell me something"}],
+        "max_tokens": TOKENS,
+    }
+    return call("POST", platform.api_url + "/chat/completions", key=secret, json_body=body)
+
+
+def _record(request_id: str) -> UsageRecord:
+    return wait_for(
+        lambda: UsageRecord.objects.filter(request_id=request_id).first(),
+        timeout=30,
+        what=f"the usage record of {request_id}",
+    )
+
+
+@pytest.fixture
+def only_the_faulty_node(engine: Worker, faulty) -> Iterator[tuple[StreamCutter, int]]:
+    """The engine's own node drained: gateways route MODEL to the faulty node alone (once
+    their fleet refresh has seen the drain)."""
+    healthy = Node.objects.get(name=engine.node_name)
+    node_drain(node=healthy)
+    try:
+        yield faulty
+    finally:
+        node_undrain(node=healthy)
+
+
+def test_an_engine_that_cannot_serve_leaves_the_request_no_node_503_with_retry_after(
+    platform, committed, only_the_faulty_node
+):
+    """Item 4 of issue 30: the only node's engine is dead (vLLM's 500): no capacity now, so
+    503 with Retry-After in the API's shape, the breaker counts it, nothing is billed."""
+    proxy, node_id = only_the_faulty_node
+    proxy.fail_with(500, ENGINE_DEAD)
+    _, secret = make_api_key()
+
+    def refused():
+        reply = _ask(platform, secret)
+        # Until the gateway's refresh sees the drain, the healthy node answers.
+        assert reply.status in (200, 503), reply
+        return reply if reply.status == 503 else None
+
+    reply = wait_for(refused, timeout=30, interval=0.1, what="a request with no node left")
+    error = reply.json()["error"]
+    assert (error["type"], error["code"]) == ("server_error", "upstream_unavailable"), error
+    assert int(reply.headers["retry-after"]) > 0
+    assert _failures(node_id) >= 1
+    record = _record(reply.headers["x-request-id"])
+    assert (record.status, record.http_status) == ("upstream_error", 503)
+    assert (record.prompt_tokens, record.completion_tokens) == (0, 0)
+
+
+def test_an_engines_own_refusal_is_the_clients_error_and_no_failure_of_the_node(
+    platform, committed, faulty
+):
+    """Item 4 of issue 30: vLLM refusing a request (400) is answered as the client's error,
+    its message kept, and counts against no node."""
+    proxy, node_id = faulty
+    refusal = "This model's maximum context length is 2048 tokens."
+    proxy.fail_with(400, {"message": refusal, "type": "BadRequestError"})
+    _, secret = make_api_key()
+    for _ in range(MAX_REQUESTS):
+        reply = _ask(platform, secret)
+        if reply.status != 200:
+            break
+    else:
+        pytest.fail(f"{MAX_REQUESTS} requests, none tried the faulty node")
+    assert reply.status == 400, reply
+    error = reply.json()["error"]
+    assert (error["type"], error["message"]) == ("invalid_request_error", refusal)
+    assert _failures(node_id) == 0
+    record = _record(reply.headers["x-request-id"])
+    assert (record.status, record.http_status) == ("rejected", 400)
+    assert (record.prompt_tokens, record.completion_tokens) == (0, 0)

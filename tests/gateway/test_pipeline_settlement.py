@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 
 import pytest
@@ -11,7 +12,7 @@ from apps.gateway import settlement
 from apps.gateway.runtime import GatewayRuntime
 from apps.gateway.schemas import Endpoint
 from apps.gateway.state import CompletionState
-from apps.keys.gate import KeyGate
+from apps.keys.gate import KeyGate, UsageStatus
 from dmxplatform.errors import RateLimitError, ServiceUnavailableError
 from dmxplatform.redis_client import request_resp_client, resp_client
 from dmxplatform.spool import Spool, read_entries
@@ -60,22 +61,65 @@ def test_a_relay_cancelled_while_its_settle_call_goes_out_loses_no_record(tmp_pa
     async def scenario():
         runtime = FakeRuntime(SlowLimiter(fails=fails), spool)
         call = call_for(runtime)
-        relay = asyncio.ensure_future(settlement.submit(call, runtime))
+        lease = runtime.gate.lease(
+            call.key,
+            request_id=call.request_id,
+            usage=functools.partial(settlement.usage_record, call),
+        )
+
+        async def relay():
+            async with lease:
+                await lease.submit()
+
+        relaying = asyncio.ensure_future(relay())
         await asyncio.sleep(0)
-        relay.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await relay
+        relaying.cancel()
         runtime.gate.limiter.release.set()
-        await settlement.confirm(call)  # every request ends with it
+        with pytest.raises(asyncio.CancelledError):
+            await relaying  # the lease's exit waited for the call, then let the cancel go on
         return runtime.gate.limiter.calls, call
 
     calls, call = asyncio.run(scenario())
     assert calls == 1
     spooled = [entry for path in tmp_path.glob("*") for entry in read_entries(path)[0]]
+    assert call.outcome is UsageStatus.OK  # decided at [DONE], as the call went out
     if fails:
         assert len(spooled) == 1 and call.request_id.encode() in spooled[0][1]
     else:
         assert spooled == []
+    spool.close()
+
+
+def test_a_request_cancelled_before_its_answer_is_settled_as_cut_off(tmp_path):
+    """The gateway stops past its grace period while a request waits on its node: the lease's
+    exit still settles it (its slot freed, its record kept), as interrupted."""
+    spool = Spool(tmp_path)
+
+    async def scenario():
+        runtime = FakeRuntime(SlowLimiter(fails=False), spool)
+        runtime.gate.limiter.release.set()
+        call = call_for(runtime)
+        waiting = asyncio.Event()
+
+        async def request():
+            async with runtime.gate.lease(
+                call.key,
+                request_id=call.request_id,
+                usage=functools.partial(settlement.usage_record, call),
+            ):
+                waiting.set()
+                await asyncio.Event().wait()  # the node's answer, never coming
+
+        task = asyncio.ensure_future(request())
+        await waiting.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return runtime.gate.limiter.calls, call
+
+    calls, call = asyncio.run(scenario())
+    assert calls == 1
+    assert (call.outcome, call.http_status) == (UsageStatus.INTERRUPTED, 503)
     spool.close()
 
 

@@ -2,8 +2,6 @@
 
 import pytest
 
-from apps.gateway.prompts import PREFIX_BLOCK_CHARS, prefix_blocks
-from apps.gateway.schemas import Endpoint, validate_completion
 from apps.routing.breaker import slow_limit_ms
 from apps.routing.router import PREFIX_BLOCK_TOKENS, node_rates, predicted_ttft, profile_rates
 from inference.prefix_cache import PrefixFilter, chain_hashes
@@ -79,28 +77,6 @@ def test_slowness_is_measured_against_the_prediction(settings):
     assert slow_limit_ms(None, 3000.0) == 12_000  # 4 times a 3 s prediction
 
 
-def chat(*contents: str):
-    messages = [{"role": "user", "content": c} for c in contents]
-    return validate_completion(Endpoint.CHAT, {"model": "m", "messages": messages})
-
-
-def test_prefix_blocks_chain_like_the_engines_cache():
-    base = "x" * (3 * PREFIX_BLOCK_CHARS)
-    a, b = prefix_blocks(chat(base)), prefix_blocks(chat(base, "y" * PREFIX_BLOCK_CHARS))
-    assert len(a) == 3 and b[:3] == a and len(b) == 4
-    changed = prefix_blocks(chat("z" + base[1:]))
-    assert not set(changed) & set(a)  # a change in block 0 changes every later hash
-    assert prefix_blocks(chat("short")) == ()
-
-
-@pytest.mark.parametrize("blocks", [0, 1000])
-def test_prefix_blocks_are_bounded(blocks):
-    from apps.gateway.prompts import MAX_PREFIX_BLOCKS
-
-    request = chat("w" * (blocks * PREFIX_BLOCK_CHARS + 10))
-    assert len(prefix_blocks(request)) == min(blocks, MAX_PREFIX_BLOCKS)
-
-
 A100 = "nvidia-a100-sxm4-80gb"
 
 
@@ -165,7 +141,8 @@ def test_a_node_whose_requests_just_started_is_not_taken_for_a_slow_decoder():
 
 def test_a_prefix_the_nodes_engine_reports_counts_as_cached_whoever_sent_it():
     """Another gateway (or a client of the engine's own) sent the prompt: this gateway's index
-    has nothing, the engine's KV-cache events say the node holds it."""
+    has nothing, the engine's KV-cache events say the node holds it. Routing is given the
+    prompt's token ids and hashes them as the engine does."""
     ids = list(range(3 * PREFIX_BLOCK_TOKENS))
     held = chain_hashes(ids[: 2 * PREFIX_BLOCK_TOKENS])
     holder = make_snapshot(
@@ -176,8 +153,7 @@ def test_a_prefix_the_nodes_engine_reports_counts_as_cached_whoever_sent_it():
     blocks = chain_hashes(ids)
     assert router.fleet.cached_blocks(holder.id, blocks) == 2
     assert router.fleet.cached_blocks(other.id, blocks) == 0
-    request = route_request(prompt_tokens=len(ids), prefix_blocks=blocks)
-    decision = router.decide(request)
+    decision = router.decide(route_request(prompt_tokens=len(ids), prompt_ids=ids))
     assert decision.node.name == "holder"
     assert scores_of(decision)["holder"]["affinity"] == round(2 / 3, 4)  # the trace rounds
     # A damaged filter is no claim, and no failure.
