@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
 # Run the whole test suite against real PostgreSQL, Redis and vLLM worker processes, starting
 # the local servers when they are not running. Arguments go to pytest.
+#   --fast  first: only the tests that start no platform processes or engines (-m "not e2e";
+#           the marker follows from the fixtures a test uses, tests/conftest.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+lane=()
+if [ "${1:-}" = "--fast" ]; then
+  shift
+  lane=(-m "not e2e")
+fi
 
 mkdir -p .run
 # Setting up the virtualenvs and node_modules one run at a time.
@@ -63,7 +70,7 @@ fi
 flock .run/bootstrap.lock .venv/bin/python manage.py collectstatic --noinput -v0
 
 status=0
-.venv/bin/python -m pytest "$@" || status=$?
+.venv/bin/python -m pytest "${lane[@]}" "$@" || status=$?
 if [ "$status" -eq 5 ]; then
   echo "pytest collected no tests: that is a failure here" >&2
   exit 1

@@ -22,6 +22,17 @@ from tests.http import call
 from tests.keys.factories import make_api_key
 from tests.models.factories import make_model
 
+# A test that uses any of these (itself or through another fixture) starts the platform's
+# processes and vLLM engines: it is marked e2e, and the fast lane (-m "not e2e") leaves it out.
+ENGINE_FIXTURES = frozenset({"platform"})
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    e2e = pytest.mark.e2e
+    for item in items:
+        if ENGINE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(e2e)
+
 
 @pytest.fixture(scope="session")
 def django_db_setup(django_test_environment, django_db_blocker) -> Iterator[None]:

@@ -10,7 +10,6 @@ from tests.api.conftest import as_caller
 from tests.http import call
 from tests.keys.factories import make_member, make_tenant
 
-pytestmark = pytest.mark.e2e
 CHAT = {"model": "dmx-tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
 
 

@@ -13,6 +13,7 @@ import pytest
 
 from tests.stack import ROOT
 
+# By hand: these start their own stacks (bench/run.py), through no fixture conftest could see.
 pytestmark = pytest.mark.e2e
 
 

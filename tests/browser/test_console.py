@@ -17,7 +17,6 @@ from tests.conftest import SERVED_MODELS, WORKERS
 from tests.http import call
 from tests.stack import wait_for
 
-pytestmark = pytest.mark.e2e
 # Served by one node only: drained, nothing serves it.
 MODEL = SERVED_MODELS[1]
 NODES = "/admin/hardware/node/"

@@ -14,7 +14,6 @@ from playwright.sync_api import Browser, Page, expect
 from tests.browser.conftest import SCREENSHOTS, VIEWPORT, admin_page, staff_username
 from tests.stack import wait_for
 
-pytestmark = pytest.mark.e2e
 MODEL = "dmx-tiny"
 # Long answers, so that a heartbeat (every 0.5 s in tests) finds requests running on the engine:
 # greedy decoding of the tiny model's random weights runs to max_tokens.

@@ -9,13 +9,11 @@ import re
 import time
 
 import openai
-import pytest
 from playwright.sync_api import Page, expect
 
 from tests.browser.conftest import Developer
 from tests.stack import wait_for
 
-pytestmark = pytest.mark.e2e
 MODEL = "dmx-tiny"
 # The rotation's grace period as the owner types it: 6 seconds, long enough for a call with the
 # old secret, short enough to wait out.

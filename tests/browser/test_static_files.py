@@ -17,8 +17,6 @@ import pytest
 from tests.browser.conftest import CHROMIUM, CHROMIUM_ARGS, SCREENSHOTS, VIEWPORT
 from tests.stack import ROOT
 
-pytestmark = pytest.mark.e2e
-
 # The admin's header colour (django/contrib/admin/static/admin/css/base.css, --header-bg),
 # as a browser computes it: only there if base.css was fetched and applied.
 ADMIN_HEADER_BACKGROUND = "rgb(65, 118, 144)"

@@ -17,7 +17,6 @@ from playwright.sync_api import Browser, Page, expect
 from tests.browser.conftest import SCREENSHOTS, admin_page, staff_username
 from tests.stack import ROOT, wait_for
 
-pytestmark = pytest.mark.e2e
 MODEL = "dmx-tiny"
 # The usage record and the decision reach the database with the next flushes (every 0.5 s in
 # tests); a busy machine may take a few seconds more.

@@ -10,7 +10,6 @@ import json
 import logging
 import urllib.request
 
-import pytest
 from django.conf import settings
 from django.utils.module_loading import import_string
 
@@ -144,7 +143,6 @@ def test_usage_replay_reads_the_usage_a_gateway_logged_as_json(private_redis):
         assert replayed.request_id == "req_logged" and replayed.completion_tokens == 4
 
 
-@pytest.mark.e2e
 def test_a_gateways_json_lines_for_a_request_carry_its_ids(platform, committed):
     """A real gateway, logging JSON, whose Redis goes away mid-stream: the line the request
     causes (its usage record spooled) carries the request's ids as fields; the lines of the

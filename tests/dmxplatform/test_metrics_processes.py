@@ -11,12 +11,9 @@ import re
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-import pytest
 from prometheus_client.mmap_dict import MmapedDict
 
 from tests.http import call
-
-pytestmark = pytest.mark.e2e
 
 
 def _count(body: str, status: str) -> float:

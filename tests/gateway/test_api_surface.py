@@ -24,7 +24,6 @@ from tests.http import call
 from tests.keys.factories import make_api_key
 from tests.stack import wait_for
 
-pytestmark = pytest.mark.e2e
 MODEL = "dmx-tiny"
 EMBED_MODEL = "dmx-tiny-embed"
 # Strict, as OpenAI's `strict` means: the engine decodes the arguments constrained to the schema

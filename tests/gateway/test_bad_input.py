@@ -17,8 +17,6 @@ from tests.gateway.test_errors import assert_error, chat, hello
 from tests.http import call
 from tests.stack import wait_for
 
-pytestmark = pytest.mark.e2e
-
 
 @pytest.mark.parametrize("text", [5, None, ["hi"]])
 @pytest.mark.parametrize("role", ["user", "system"])

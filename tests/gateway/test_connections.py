@@ -27,8 +27,6 @@ from tests.http import call
 from tests.keys.factories import make_api_key
 from tests.stack import wait_for
 
-pytestmark = pytest.mark.e2e
-
 STREAMS = 64
 # Short, so that the stall passes it in a second; the stall is what the test injects.
 KEEPALIVE_SECONDS = 1

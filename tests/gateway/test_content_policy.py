@@ -13,7 +13,6 @@ from apps.keys.models import UsageRecord
 from tests.http import call
 from tests.stack import TINY_MODEL_DIR, wait_for
 
-pytestmark = pytest.mark.e2e
 TERM = "你好你好"
 
 

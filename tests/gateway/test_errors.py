@@ -10,7 +10,6 @@ from tests.http import call
 from tests.keys.factories import make_api_key
 from tests.stack import wait_for
 
-pytestmark = pytest.mark.e2e
 CHAT = "/chat/completions"
 
 

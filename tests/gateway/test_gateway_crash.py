@@ -23,8 +23,6 @@ from tests.http import call
 from tests.keys.factories import make_api_key
 from tests.stack import wait_for
 
-pytestmark = pytest.mark.e2e
-
 
 @pytest.mark.parametrize("stream", [False, True], ids=["json", "stream"])
 def test_a_gateway_killed_right_after_answering_loses_no_record(platform, committed, stream):

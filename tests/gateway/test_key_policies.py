@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import time
 
-import pytest
-
 from apps.keys.services import api_key_revoke, api_key_signing_enable, api_key_update
 from apps.keys.signing import signature_for
 from tests.http import call
 from tests.keys.factories import make_api_key
 from tests.stack import wait_for
 
-pytestmark = pytest.mark.e2e
 BODY = {"model": "dmx-tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1}
 
 

@@ -9,8 +9,6 @@ import threading
 import time
 import urllib.parse
 
-import pytest
-
 from apps.keys.models import UsageRecord
 from apps.keys.ratelimit import rules_for
 from apps.keys.selectors import key_record_load
@@ -20,7 +18,6 @@ from tests.http import call
 from tests.keys.factories import make_api_key
 from tests.stack import wait_for
 
-pytestmark = pytest.mark.e2e
 MODEL = SERVED_MODELS[0]
 
 

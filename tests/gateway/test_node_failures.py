@@ -30,8 +30,6 @@ from tests.keys.factories import make_api_key
 from tests.models.factories import make_model
 from tests.stack import Worker, wait_for
 
-pytestmark = pytest.mark.e2e
-
 MODEL = "dmx-failover"
 # Unique prompts spread over both nodes (a prompt no node caches is homed by its hash), so the
 # faulty node is some request's first choice within a few; the bound is far past that.

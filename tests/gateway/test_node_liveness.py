@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
 from django.conf import settings
 
 from apps.hardware.choices import NodeStatus
@@ -14,8 +13,6 @@ from dmxplatform.redis_client import sync_redis
 from tests.conftest import wait_until_served
 from tests.http import call
 from tests.stack import wait_for
-
-pytestmark = pytest.mark.e2e
 
 
 def ask(platform, model: str):

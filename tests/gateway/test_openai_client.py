@@ -10,7 +10,6 @@ import pytest
 from apps.keys.models import UsageRecord
 from tests.stack import wait_for
 
-pytestmark = pytest.mark.e2e
 MODEL = "dmx-tiny"
 
 

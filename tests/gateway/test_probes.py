@@ -4,13 +4,9 @@ the database too, is for people, not for load balancers."""
 
 from __future__ import annotations
 
-import pytest
-
 from tests.faults import OwnRedis
 from tests.http import call
 from tests.stack import wait_for
-
-pytestmark = pytest.mark.e2e
 
 
 def test_a_gateway_stays_ready_while_postgresql_is_away(platform):

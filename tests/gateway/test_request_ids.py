@@ -56,7 +56,6 @@ def test_the_worker_starts_vllm_answering_request_ids(tmp_path):
     assert "--enable-request-id-headers" in command
 
 
-@pytest.mark.e2e
 def test_vllm_takes_our_request_id_for_its_own(platform):
     """vLLM names a completion after its request id (`chatcmpl-<id>`): ours, from the header."""
     reply = call(
@@ -68,7 +67,6 @@ def test_vllm_takes_our_request_id_for_its_own(platform):
     assert reply.json()["id"] == f"chatcmpl-{request_id}"
 
 
-@pytest.mark.e2e
 def test_a_streams_chunks_carry_our_request_id_too(platform):
     request = urllib.request.Request(
         platform.api_url + "/chat/completions",
@@ -85,7 +83,6 @@ def test_a_streams_chunks_carry_our_request_id_too(platform):
     assert ids == {f"chatcmpl-{request_id}"}
 
 
-@pytest.mark.e2e
 def test_a_client_request_id_is_answered_and_recorded(platform, committed):
     mine = "checkout-7f3a/attempt 2"
     reply = call(
@@ -106,7 +103,6 @@ def test_a_client_request_id_is_answered_and_recorded(platform, committed):
     assert record.client_request_id == mine
 
 
-@pytest.mark.e2e
 @pytest.mark.parametrize("value", ["x" * (MAX_CLIENT_REQUEST_ID + 1), "café"])
 def test_a_bad_client_request_id_is_refused(platform, value):
     reply = call(

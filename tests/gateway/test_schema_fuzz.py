@@ -34,8 +34,6 @@ from dmxplatform.redis_client import sync_redis
 from tests.fuzz import ERROR_FIELDS, fuzz_config
 from tests.stack import wait_for
 
-pytestmark = pytest.mark.e2e
-
 SCHEMA_PATH = Path(__file__).resolve().parent / "openai_schema" / "openapi.json"
 SERVED_MODEL = "dmx-tiny"
 # Generated cases per operation in the fuzzing phase; the schema's examples and the coverage

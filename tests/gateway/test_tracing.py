@@ -263,7 +263,6 @@ def test_the_worker_tells_vllm_where_to_export_its_spans(tmp_path):
     assert "--otlp-traces-endpoint" not in untraced.command()
 
 
-@pytest.mark.e2e
 def test_vllm_joins_the_gateways_trace(platform, committed, receiver):
     """A gateway and a vLLM worker both tracing to one collector: the request's spans, the
     stages', the upstream call's and vLLM's own, are one trace, vLLM's under the call's."""

@@ -15,8 +15,6 @@ from tests.conftest import EMBED_MODEL, SERVED_MODELS, TOOL_CALL_PARSER
 from tests.http import call
 from tests.stack import tiny_prompt_counter
 
-pytestmark = pytest.mark.e2e
-
 WEATHER = {
     "type": "function",
     "function": {

@@ -15,8 +15,6 @@ import socket
 import uuid
 from pathlib import Path
 
-import pytest
-
 from inference import proctree
 from tests.conftest import TINY_CONTEXT, wait_until_served
 from tests.faults import Sent, assert_recorded_once, send_chat
@@ -24,7 +22,6 @@ from tests.keys.factories import make_api_key
 from tests.models.factories import make_model
 from tests.stack import wait_for
 
-pytestmark = pytest.mark.e2e
 # vLLM exits within seconds of SIGTERM; a group still there after this was not stopped.
 GONE_WITHIN = 45
 

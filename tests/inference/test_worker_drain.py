@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import time
 
-import pytest
 from django.conf import settings
 
 from apps.hardware.models import Node
 from apps.hardware.services import node_drain, node_undrain
 from tests.stack import wait_for
-
-pytestmark = pytest.mark.e2e
 
 DRAINED = "drained by an operator: no new requests will come; 0 in flight"
 UNDRAINED = "undrained by an operator: new requests will come again"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 
-import pytest
 from django.db import connection
 
 from apps.keys import ledger
@@ -22,7 +21,6 @@ from tests.stack import wait_for
 # The default request store: one shard.
 USAGE = ledger.USAGE_STREAM.shard(0)
 
-pytestmark = pytest.mark.e2e
 BODY = {
     "model": "dmx-tiny",
     "messages": [{"role": "user", "content": "hi"}],

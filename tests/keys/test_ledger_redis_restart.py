@@ -22,7 +22,6 @@ from tests.faults import OwnRedis, Sent, assert_recorded_once, send_chat
 from tests.keys.factories import make_api_key
 from tests.stack import Stack, wait_for
 
-pytestmark = pytest.mark.e2e
 CLIENTS = 4
 BODY = {
     "model": "dmx-tiny",

@@ -281,7 +281,6 @@ def test_a_master_away_costs_the_stream_figures_of_its_own_shards_only(on_cluste
     assert reported == alive
 
 
-@pytest.mark.e2e
 def test_a_dead_master_fails_its_tenants_closed_and_others_are_served(
     platform, committed, on_cluster
 ):

@@ -128,7 +128,6 @@ def usage_record(request_id: str) -> UsageRecord:
     )
 
 
-@pytest.mark.e2e
 def test_an_answer_streams_in_deltas_then_done_billed_to_the_chosen_key(platform, member):
     chosen = member.keys[1]
     with playground(platform, member.session) as socket:
@@ -149,7 +148,6 @@ def test_an_answer_streams_in_deltas_then_done_billed_to_the_chosen_key(platform
     )
 
 
-@pytest.mark.e2e
 def test_anonymous_and_other_sites_are_refused_at_the_handshake(platform, member):
     with pytest.raises(InvalidStatus) as anonymous, playground(platform, None):
         pass
@@ -164,7 +162,6 @@ def test_anonymous_and_other_sites_are_refused_at_the_handshake(platform, member
     assert foreign.value.response.status_code == 403
 
 
-@pytest.mark.e2e
 def test_another_tenants_key_is_not_found_like_a_key_that_does_not_exist(platform, member):
     other_key, _ = make_api_key(make_tenant())
     with playground(platform, member.session) as socket:
@@ -179,7 +176,6 @@ def test_another_tenants_key_is_not_found_like_a_key_that_does_not_exist(platfor
     assert not UsageRecord.objects.filter(api_key=other_key).exists()
 
 
-@pytest.mark.e2e
 def test_bad_messages_get_errors_and_the_socket_still_answers(platform, member):
     key = member.keys[0]
     with playground(platform, member.session) as socket:
@@ -213,7 +209,6 @@ def test_bad_messages_get_errors_and_the_socket_still_answers(platform, member):
     assert len(deltas) > 1
 
 
-@pytest.mark.e2e
 def test_a_revoked_key_is_refused_by_the_pipeline(platform, member):
     key = api_key_revoke(key=member.keys[0])
     with playground(platform, member.session) as socket:
@@ -223,7 +218,6 @@ def test_a_revoked_key_is_refused_by_the_pipeline(platform, member):
     assert refusal["type"] == "error" and refusal["error"]["code"] == "api_key_revoked"
 
 
-@pytest.mark.e2e
 def test_leaving_stops_the_generation_and_bills_what_was_generated(platform, member):
     key = member.keys[0]
     with playground(platform, member.session) as socket:

@@ -18,7 +18,6 @@ from tests.faults import Sent, assert_recorded_once, send_chat, send_chat_stream
 from tests.keys.factories import make_api_key
 from tests.models.factories import make_model
 
-pytestmark = pytest.mark.e2e
 BURST = 32
 AFTER = 64
 # A first token slower than four times this is slow for a breaker: 0.4 s, which a burst of long

@@ -25,8 +25,6 @@ from tests.keys.factories import make_api_key
 from tests.models.factories import make_model
 from tests.stack import MAX_NUM_SEQS, wait_for
 
-pytestmark = pytest.mark.e2e
-
 # The batch full (the workers' --max-num-seqs) and eight more queued in the engine: under the
 # gateways' saturation queue, so every one of them reaches the engine.
 QUEUED = 8

@@ -11,8 +11,6 @@ import time
 import urllib.request
 from collections import Counter
 
-import pytest
-
 from apps.hardware.nodestate import NodeSnapshot
 from apps.keys.models import UsageRecord
 from apps.models.models import ModelVersion
@@ -21,7 +19,6 @@ from tests.conftest import fleet_node
 from tests.http import call
 from tests.stack import tiny_prompt_counter, wait_for
 
-pytestmark = pytest.mark.e2e
 MODEL = "dmx-tiny"
 # A long prompt for the tiny model, whose context is 2,048 tokens.
 LONG_PROMPT_TOKENS = 1_600

@@ -33,8 +33,6 @@ from tests.http import call
 from tests.models.factories import make_model
 from tests.routing.scaling.factories import record_requests
 
-pytestmark = pytest.mark.e2e
-
 MODEL = "dmx-scaled"
 LATENCY_TARGET_MS = 1000
 # Far longer than the test: Celery's beat evaluates every active policy on its own schedule,
