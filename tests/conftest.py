@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -212,6 +213,35 @@ def fleet_node(name: str) -> NodeSnapshot | None:
         if node.name == name:
             return node
     return None
+
+
+def wait_for_refresh(running: RunningPlatform, *, timeout: float = 30) -> None:
+    """Return once every gateway replica has finished a refresh of the shared state (fleet,
+    breakers, catalog, routing table) that began after this call: what a test waits for after
+    changing that state, instead of sleeping for "two refreshes".
+
+    A replica's /readyz gives the age of its last read; the read happened between (sent - age)
+    and (answered - age) on this process's clock. A read known to start after the call, then a
+    read known to start after that one: the refresh loop is sequential, so the first refresh
+    has finished, its catalog and table reloads included."""
+
+    def read_between(url: str) -> tuple[float, float] | None:
+        sent = time.monotonic()
+        age = call("GET", url + "/readyz", timeout=10).json().get("fleet_state_age_seconds")
+        answered = time.monotonic()
+        return None if age is None else (sent - age, answered - age)
+
+    for url in running.stack.gateways:
+        since = time.monotonic()
+        for _ in range(2):
+
+            def read_after(since: float = since, url: str = url) -> tuple[float, float] | None:
+                read = read_between(url)
+                return read if read is not None and read[0] > since else None
+
+            _, since = stack_module.wait_for(
+                read_after, timeout=timeout, interval=0.05, what=f"a state refresh of {url}"
+            )
 
 
 def wait_until_served(running: RunningPlatform, model: str, worker: stack_module.Worker) -> None:

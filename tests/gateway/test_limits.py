@@ -13,7 +13,7 @@ from apps.keys.models import UsageRecord
 from apps.keys.ratelimit import rules_for
 from apps.keys.selectors import key_record_load
 from dmxplatform.redis_client import sync_redis
-from tests.conftest import BROKEN_MODEL, SERVED_MODELS
+from tests.conftest import BROKEN_MODEL, SERVED_MODELS, wait_for_refresh
 from tests.http import call
 from tests.keys.factories import make_api_key
 from tests.stack import wait_for
@@ -196,7 +196,7 @@ def test_upstream_failure_before_the_first_token_refunds_everything(platform, co
         headers={"Authorization": f"Bearer {platform.node_token}"},
     )
     assert reply.status == 201
-    time.sleep(0.6)  # two gateway refreshes; the node stays fresh for DMX_NODE_STALE_SECONDS
+    wait_for_refresh(platform)  # the node stays fresh for DMX_NODE_STALE_SECONDS
     failed = chat(platform.api_url, secret, body() | {"model": BROKEN_MODEL})
     assert failed.status == 503
     assert failed.json()["error"]["code"] == "upstream_unavailable"
