@@ -143,7 +143,8 @@ def prepare(state: CompletionState, runtime: GatewayRuntime, body: bytes) -> Non
     request = state.request = state.dialect.parse(parse_json(body))
     state.clock.mark(Stage.PARSE)
     resolution = _resolve(state, runtime, request)
-    model, limit = state.model, state.context_limit = resolution.model, resolution.context_limit
+    model = state.model = resolution.model
+    limit = state.context_limit = resolution.context_limit
     state.preferred = resolution.preferred
     _check_kind(model, request.endpoint)
     check_context_bound(model, request, limit)
