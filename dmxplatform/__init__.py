@@ -1,3 +1,0 @@
-from dmxplatform.celery import app as celery_app
-
-__all__ = ["celery_app"]

@@ -5,7 +5,7 @@ gateway (dmx_gateway_stage_seconds by stage), routing (the queue and route stage
 dmx_routing_decision_seconds, dmx_gateway_queue_depth), inference (dmx_gateway_time_to_first_
 token_seconds and dmx_gateway_stream_duration_seconds by model, the node gauges of
 apps.routing.metrics). Every gateway process writes its own figures; /metrics sums them
-(prometheus_client's multiprocess mode, dmxplatform.exposition).
+(prometheus_client's multiprocess mode, config.exposition).
 """
 
 import time

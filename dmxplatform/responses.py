@@ -1,4 +1,4 @@
-"""Plain ASGI reading and writing, for the endpoints served outside Django (dmxplatform.asgi)."""
+"""Plain ASGI reading and writing, for the endpoints served outside Django (config.asgi)."""
 
 from __future__ import annotations
 

@@ -94,12 +94,12 @@ trap cleanup EXIT INT TERM
 set -m
 
 echo "==> starting the gateway on http://$GATEWAY_HOST:$GATEWAY_PORT"
-.venv/bin/python -m dmxplatform.serve --host "$GATEWAY_HOST" --port "$GATEWAY_PORT" \
+.venv/bin/python -m config.serve --host "$GATEWAY_HOST" --port "$GATEWAY_PORT" \
   --workers "${DMX_GATEWAY_WORKERS:-1}" > .run/gateway.log 2>&1 &
 pids+=($!)
 
 echo "==> starting Celery (worker + beat)"
-.venv/bin/celery -A dmxplatform worker --beat --queues default,ledger,fleet --concurrency 1 \
+.venv/bin/celery -A config worker --beat --queues default,ledger,fleet --concurrency 1 \
   --without-gossip --without-mingle --without-heartbeat --loglevel INFO --schedule .run/celerybeat-schedule > .run/celery.log 2>&1 &
 pids+=($!)
 

@@ -271,7 +271,7 @@ def wait_until_served(running: RunningPlatform, model: str, worker: stack_module
 @pytest.fixture
 def eager_celery() -> Iterator[None]:
     """Run the tasks a task queues in this process, at once."""
-    from dmxplatform.celery import app
+    from config.celery import app
 
     previous = app.conf.task_always_eager
     app.conf.task_always_eager = True

@@ -48,15 +48,15 @@ PLATFORM_SETTINGS = "dmxplatform.settings"
 
 
 def gateway_argv(port: int) -> list[str]:
-    """The gateway's command line: one process, as production runs it (dmxplatform.serve)."""
-    return [str(PLATFORM_PYTHON), "-m", "dmxplatform.serve", "--port", str(port)]
+    """The gateway's command line: one process, as production runs it (config.serve)."""
+    return [str(PLATFORM_PYTHON), "-m", "config.serve", "--port", str(port)]
 
 
 def celery_argv(schedule: Path) -> list[str]:
     """Celery's command line: one worker process with beat, on every queue, without the
     broadcast steps production runs without (deploy/kubernetes/base/celery-worker.yaml)."""
     return [
-        str(ROOT / ".venv" / "bin" / "celery"), "-A", "dmxplatform", "worker", "--beat",
+        str(ROOT / ".venv" / "bin" / "celery"), "-A", "config", "worker", "--beat",
         "--queues", "default,ledger,fleet", "--concurrency", "1", "--loglevel", "INFO",
         "--without-gossip", "--without-mingle", "--without-heartbeat",
         "--schedule", str(schedule),

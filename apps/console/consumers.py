@@ -12,7 +12,7 @@ Two sources, each for what it suits:
   push and shows nodes whose heartbeats stopped.
 
 Only staff who may view nodes and usage get in (apps.console.dashboard.dashboard_permitted); the
-session cookie signs them in (AuthMiddlewareStack in dmxplatform.asgi), anyone else is refused
+session cookie signs them in (AuthMiddlewareStack in config.asgi), anyone else is refused
 at the handshake.
 """
 

@@ -23,7 +23,7 @@ from apps.keys.selectors import usage_minute_series
 # Who sees the dashboard: staff who may view nodes and usage records (the viewer and operator
 # groups, superusers).
 DASHBOARD_PERMISSIONS = ("hardware.view_node", "keys.view_usagerecord")
-# The page's WebSocket (dmxplatform.asgi routes it to apps.console.consumers).
+# The page's WebSocket (config.asgi routes it to apps.console.consumers).
 FLEET_SOCKET_PATH = "ws/console/fleet"
 # The minutes on the charts' axis, in UTC as everything in the admin.
 MINUTE_LABEL = "%H:%M"

@@ -1,4 +1,4 @@
-"""The OpenAI-compatible endpoints, as ASGI applications routed by Channels (dmxplatform.asgi).
+"""The OpenAI-compatible endpoints, as ASGI applications routed by Channels (config.asgi).
 
 Plain ASGI rather than Channels' AsyncHttpConsumer: that class hops to a thread on every
 message (close_old_connections) and cannot see a client disconnect while it streams, and the

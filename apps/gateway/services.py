@@ -1,12 +1,11 @@
-"""Platform-wide setup that spans apps: the demo tenant, key, model and node token."""
+"""The gateway's own data: the content filter's sensitive terms, and telling gateways to
+reload it."""
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.db.models import QuerySet
@@ -17,63 +16,8 @@ from apps.gateway.choices import SensitiveTermAction
 from apps.gateway.content_filter import DEFAULT_CATEGORY
 from apps.gateway.models import SensitiveTerm
 from apps.gateway.terms_csv import RowError, TermRow, read_terms
-from apps.hardware.models import NodeToken
-from apps.hardware.services import node_token_create
-from apps.keys.models import ApiKey, Tenant
-from apps.keys.services import api_key_create, tenant_create
-from apps.models.models import LlmModel, ModelVersion
-from apps.models.services import llm_model_create, model_version_create
 from dmxplatform.audit.entries import audit_created, audited_update
 from dmxplatform.redis_client import rkey, sync_redis
-
-DEMO_TENANT = "demo"
-DEMO_OPERATOR = "admin"
-
-
-@dataclass(frozen=True)
-class DemoCredentials:
-    operator: str
-    operator_password: str | None
-    api_key: str | None
-    node_token: str | None
-
-
-@transaction.atomic
-def demo_setup(
-    *, model_name: str, version: str, source: str, max_context_tokens: int
-) -> DemoCredentials:
-    """Create what a first local run needs, once; secrets are returned only when created now."""
-    User = get_user_model()
-    password = None
-    if not User.objects.filter(username=DEMO_OPERATOR).exists():
-        password = secrets.token_urlsafe(12)
-        User.objects.create_superuser(DEMO_OPERATOR, email="admin@localhost", password=password)
-    operator = User.objects.get(username=DEMO_OPERATOR)
-
-    tenant = Tenant.objects.filter(slug=DEMO_TENANT).first() or tenant_create(
-        name="Demo", slug=DEMO_TENANT
-    )
-    tenant.members.add(operator)
-
-    model = LlmModel.objects.filter(name=model_name).first() or llm_model_create(
-        name=model_name, max_context_tokens=max_context_tokens
-    )
-    if not ModelVersion.objects.filter(model=model, tag=version).exists():
-        model_version_create(model=model, tag=version, source=source)
-
-    api_key = None
-    if not ApiKey.objects.filter(tenant=tenant, name="demo", revoked_at__isnull=True).exists():
-        _, api_key = api_key_create(tenant=tenant, name="demo", created_by=operator)
-    node_token = None
-    if not NodeToken.objects.filter(name="demo", revoked_at__isnull=True).exists():
-        _, node_token = node_token_create(name="demo")
-    return DemoCredentials(
-        operator=DEMO_OPERATOR,
-        operator_password=password,
-        api_key=api_key,
-        node_token=node_token,
-    )
-
 
 # Gateways compare this counter with the version of the filter they hold, and reload on a change.
 CONTENT_FILTER_VERSION_KEY = ("content_filter", "version")

@@ -245,6 +245,11 @@ class ManagementToken(models.Model):
     def can_write(self) -> bool:
         return self.scope == TokenScope.WRITE
 
+    @property
+    def audit_identity(self) -> dict[str, str]:
+        """What the audit log records beside the token's user for what a call changes."""
+        return {"management_token": self.token_id, "name": self.name}
+
 
 class UsageRecord(models.Model):
     """One finished request: what it used and how it went. Written in batches from Redis."""

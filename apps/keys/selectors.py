@@ -95,6 +95,11 @@ def memberships_of(*, user) -> QuerySet[Membership]:
     )
 
 
+# The portal keeps the tenant a user works in under this session key; the management API reads
+# it for calls made with the session.
+SESSION_TENANT = "dmx_tenant_id"
+
+
 def membership_find(*, user, tenant_id: int | None) -> Membership | None:
     """The user's membership of `tenant_id`, or of their first tenant when it is None or not
     theirs: the tenant the portal and the session-authenticated API act in."""

@@ -3,7 +3,7 @@ from django.conf import settings
 
 from apps.keys.services import usage_flush, usage_prune
 from dmxplatform import streams
-from dmxplatform.celery import Queue
+from dmxplatform.queues import Queue
 
 
 # Expires: a flush queued while no worker ran is worthless once the next one is due.

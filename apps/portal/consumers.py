@@ -24,7 +24,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from apps.gateway.direct import chat_stream
 from apps.gateway.errors import GatewayErrorCode
-from apps.keys.keycache import KeyRecord
+from apps.keys.gate import KeyRecord
 from apps.keys.selectors import key_record_load, memberships_of
 from dmxplatform.errors import (
     ApplicationError,

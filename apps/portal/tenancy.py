@@ -15,9 +15,8 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
-from apps.keys.api.auth import SESSION_TENANT
 from apps.keys.models import Membership
-from apps.keys.selectors import membership_find
+from apps.keys.selectors import SESSION_TENANT, membership_find
 
 View = Callable[..., HttpResponse]
 

@@ -23,9 +23,9 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
 from apps.keys import selectors, services
-from apps.keys.api.auth import SESSION_TENANT
 from apps.keys.choices import MemberRole
 from apps.keys.models import KEY_PREFIX, ApiKey
+from apps.keys.selectors import SESSION_TENANT
 from apps.models.choices import ModelKind
 from apps.models.selectors import llm_models_active
 from apps.portal.forms import (

@@ -34,7 +34,7 @@ from django.conf import settings
 from redis.asyncio import Redis
 
 from apps.hardware.nodestate import NodeSnapshot, fleet_key
-from apps.keys.ledger import MODEL_CHARS
+from apps.keys.gate import MODEL_CHARS
 from apps.models.catalog import Catalog, ModelEntry
 from apps.models.errors import ModelsErrorCode
 from apps.models.selectors import catalog_load

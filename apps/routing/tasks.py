@@ -9,7 +9,7 @@ from apps.routing.services import (
     weights_recompute,
 )
 from dmxplatform import streams
-from dmxplatform.celery import Queue
+from dmxplatform.queues import Queue
 
 
 @shared_task(queue=Queue.LEDGER, time_limit=60, soft_time_limit=50, expires=30, ignore_result=True)

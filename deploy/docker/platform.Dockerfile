@@ -1,8 +1,8 @@
 # syntax=docker/dockerfile:1.7
 # The platform image: one image, four roles chosen by the command (deploy/kubernetes/base):
-#   gateway     python -m dmxplatform.serve --host 0.0.0.0 --port 8000   (the default)
-#   worker      celery -A dmxplatform worker --queues default,ledger,fleet --without-gossip --without-mingle --without-heartbeat
-#   beat        celery -A dmxplatform beat --schedule /tmp/celerybeat-schedule
+#   gateway     python -m config.serve --host 0.0.0.0 --port 8000   (the default)
+#   worker      celery -A config worker --queues default,ledger,fleet --without-gossip --without-mingle --without-heartbeat
+#   beat        celery -A config beat --schedule /tmp/celerybeat-schedule
 #   migrations  python manage.py migrate --noinput
 # Build from the repository root:
 #   docker build -f deploy/docker/platform.Dockerfile -t REGISTRY/dmx-platform:TAG .
@@ -31,6 +31,7 @@ WORKDIR /app
 COPY pyproject.toml README.md manage.py ./
 COPY requirements/lock.txt requirements/lock.txt
 COPY dmxplatform dmxplatform
+COPY config config
 COPY apps apps
 COPY inference inference
 COPY templates templates
@@ -65,4 +66,4 @@ EXPOSE 8000
 # Kubernetes uses its own probes rather than this.
 HEALTHCHECK --interval=15s --timeout=3s --start-period=20s --retries=3 \
     CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:' + os.environ.get('DMX_GATEWAY_PORT', '8000') + '/livez', timeout=2)"]
-CMD ["python", "-m", "dmxplatform.serve", "--host", "0.0.0.0", "--port", "8000"]
+CMD ["python", "-m", "config.serve", "--host", "0.0.0.0", "--port", "8000"]

@@ -5,12 +5,22 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     # Each API names its own: node tokens for the internal one, management tokens and the
-    # browser session for the management one (dmxplatform.api).
+    # browser session for the management one (DMX_MANAGEMENT_API below).
     "DEFAULT_AUTHENTICATION_CLASSES": [],
     "DEFAULT_PERMISSION_CLASSES": [],
     "UNAUTHENTICATED_USER": None,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
+}
+
+# Who calls the management API (dmxplatform.api, every app's /api/v1 views): the identity app's
+# management tokens or the portal's session, and a tenant's members unless a view says otherwise.
+DMX_MANAGEMENT_API = {
+    "AUTHENTICATION_CLASSES": [
+        "apps.keys.api.auth.ManagementTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "MEMBER_PERMISSION_CLASSES": ["apps.keys.api.auth.TenantMember"],
 }
 
 SPECTACULAR_SETTINGS = {
@@ -29,7 +39,7 @@ SPECTACULAR_SETTINGS = {
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
     # The schema is the management API's; the internal node and alert APIs are not in it.
-    "PREPROCESSING_HOOKS": ["apps.keys.api.schema.management_endpoints_only"],
+    "PREPROCESSING_HOOKS": ["dmxplatform.api.schema.management_endpoints_only"],
     "ENUM_NAME_OVERRIDES": {
         "QuotaPeriodEnum": "apps.keys.choices.QuotaPeriod",
         "TokenScopeEnum": "apps.keys.choices.TokenScope",

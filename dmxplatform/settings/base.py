@@ -24,7 +24,7 @@ ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
 
 INSTALLED_APPS = [
-    "dmxplatform.admin.PlatformAdminConfig",  # django.contrib.admin with our site
+    "config.apps.PlatformAdminConfig",  # django.contrib.admin with our site
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",
@@ -48,9 +48,10 @@ INSTALLED_APPS = [
     "apps.gateway",
     "apps.portal",
     "apps.console",
+    "config.apps.PlatformConfig",  # the composition root's commands (dmx_demo)
 ]
 
-# The /v1 hot path never passes through this stack: dmxplatform.asgi sends it to the gateway's
+# The /v1 hot path never passes through this stack: config.asgi sends it to the gateway's
 # own ASGI endpoints. These serve the admin, the portal, the management and internal node APIs,
 # /health and /metrics.
 MIDDLEWARE = [
@@ -73,8 +74,8 @@ MIDDLEWARE = [
     "django_prometheus.middleware.PrometheusAfterMiddleware",
 ]
 
-ROOT_URLCONF = "dmxplatform.urls"
-ASGI_APPLICATION = "dmxplatform.asgi.application"
+ROOT_URLCONF = "config.urls"
+ASGI_APPLICATION = "config.asgi.application"
 
 TEMPLATES = [
     {

@@ -44,7 +44,7 @@ DMX_GATEWAY_KEEPALIVE_SECONDS = env_int("DMX_GATEWAY_KEEPALIVE_SECONDS", 75, min
 # An intent label the classifier gives with less confidence than this (its calibrated
 # probability, 0-1) routes by the alias's default route instead: below 0.5, 52 of 115 labels were
 # wrong on the generator's held-out split (13% above it); on the realistic set (tools/intent/data/
-# realistic.jsonl) 6 of 504 fall below it (manage.py intent_report; README, Intent).
+# realistic.jsonl) 6 of 504 fall below it (python -m tools.intent report; README, Intent).
 DMX_INTENT_MIN_CONFIDENCE = env_float("DMX_INTENT_MIN_CONFIDENCE", 0.5, minimum=0.0)
 # Retry-After sent with 503 when no node can serve, seconds.
 DMX_RETRY_AFTER_SECONDS = env_int("DMX_RETRY_AFTER_SECONDS", 2, minimum=1)

@@ -48,7 +48,7 @@ LOGGING = {
         "django.db.backends": {"level": "WARNING"},
         # uvicorn's lines, through this handler rather than the one uvicorn gives its logger
         # before Django starts. Only uvicorn.error's: uvicorn turns its access log off
-        # (dmxplatform.serve) by leaving uvicorn.access without a handler and unpropagated, and
+        # (config.serve) by leaving uvicorn.access without a handler and unpropagated, and
         # configuring it or its parent "uvicorn" here would turn it back on.
         "uvicorn.error": {"handlers": ["stderr"], "propagate": False},
     },

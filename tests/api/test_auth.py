@@ -9,9 +9,9 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from apps.keys.api.auth import SESSION_TENANT
 from apps.keys.choices import MemberRole
 from apps.keys.models import ApiKey, ManagementToken
+from apps.keys.selectors import SESSION_TENANT
 from apps.keys.services import management_token_revoke
 from tests.api.conftest import API, bearer_client, error_of
 from tests.keys.factories import make_api_key, make_member, make_tenant, make_user

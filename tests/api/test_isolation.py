@@ -16,13 +16,13 @@ from django.urls import resolve
 from rest_framework.test import APIClient
 
 from apps.hardware.models import Node
-from apps.keys.api.auth import Operator
 from apps.keys.choices import MemberRole
 from apps.keys.models import Plan
 from apps.keys.services import member_invite
 from apps.routing.choices import RecomputationStatus
 from apps.routing.models import RoutingRule, WeightRecomputation
 from apps.routing.services import canary_start
+from dmxplatform.api import Operator
 from tests.api.conftest import API, Caller, as_caller, error_of, record_usage
 from tests.hardware.factories import make_node_token
 from tests.keys.factories import make_api_key, make_member, make_tenant

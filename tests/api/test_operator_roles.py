@@ -12,14 +12,14 @@ from django.urls import URLPattern, URLResolver
 from django.utils import timezone
 
 from apps.hardware.models import Node
-from apps.keys.api.auth import OperatorApiMixin
 from apps.keys.models import Plan, Tenant
 from apps.models.models import ModelVersion
 from apps.models.services import model_version_create
 from apps.routing.choices import RecomputationStatus
 from apps.routing.models import RoutingRule, WeightRecomputation
 from apps.routing.services import canary_start
-from dmxplatform import api_urls
+from config import api_urls
+from dmxplatform.api import OperatorApiMixin
 from tests.api.conftest import API, as_caller, error_of
 from tests.hardware.factories import make_node_token
 from tests.keys.factories import make_member, make_staff, make_tenant, make_user

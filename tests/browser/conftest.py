@@ -42,7 +42,7 @@ def gateway_service(platform) -> Service:
     return next(
         s
         for s in platform.stack.services
-        if s.argv[-2:] == ["--port", port] and "dmxplatform.serve" in s.argv
+        if s.argv[-2:] == ["--port", port] and "config.serve" in s.argv
     )
 
 

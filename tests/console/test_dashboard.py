@@ -28,7 +28,7 @@ from apps.hardware.nodestate import TokenRecord, fleet_key, fleet_resources_key
 from apps.hardware.services import node_heartbeat_record, node_register, node_token_authenticate
 from apps.keys.models import ApiKey, UsageRecord
 from apps.keys.selectors import usage_minute_series
-from dmxplatform.asgi import application
+from config.asgi import application
 from dmxplatform.redis_client import async_redis, sync_redis
 from inference.hardware.detection import get_gpu_info
 from inference.wire import EngineLoad, Heartbeat, Registration

@@ -145,7 +145,7 @@ def test_what_an_image_copies_from_the_repository_exists(name):
 
 def test_the_platform_image_serves_the_gateway_by_default():
     (cmd,) = [item for item in final_stage("platform") if item.keyword == "CMD"]
-    assert json.loads(cmd.arguments)[:3] == ["python", "-m", "dmxplatform.serve"]
+    assert json.loads(cmd.arguments)[:3] == ["python", "-m", "config.serve"]
 
 
 def test_the_build_context_leaves_out_local_state_and_secrets():

@@ -11,7 +11,8 @@ from prometheus_client import generate_latest
 from apps.keys import ledger, services, tasks
 from apps.keys.models import ApiKey, UsageRecord
 from apps.keys.services import usage_flush
-from dmxplatform import exposition, streams
+from config import exposition
+from dmxplatform import streams
 from dmxplatform.redis_client import sync_redis
 from tests.gateway.test_runtime_checks import run_start_step
 from tests.keys.factories import append_usage as append

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from django.urls import reverse
 
-from apps.keys.api.auth import SESSION_TENANT
 from apps.keys.choices import MemberRole
 from apps.keys.models import Membership
+from apps.keys.selectors import SESSION_TENANT
 from tests.keys.factories import make_api_key, make_tenant
 
 

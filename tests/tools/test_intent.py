@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections import Counter
-from io import StringIO
 
 import numpy as np
 import pytest
-from django.core.management import call_command
 
 from apps.gateway.intent import LABELS, load
 from apps.gateway.intent.model import IntentModel
+from tests.stack import ROOT
 from tools.intent.augment import augment
 from tools.intent.calibrate import calibration
 from tools.intent.dataset import (
@@ -27,7 +29,7 @@ from tools.intent.generate import generate
 from tools.intent.realistic import build
 from tools.intent.train import data_digest, train
 
-# Floors set from the shipped model's measurements (manage.py intent_report), with room for a
+# Floors set from the shipped model's measurements (python -m tools.intent report), with room for a
 # retrain on changed data but not for a real regression. Held-out: 0.848 overall, weakest label
 # code at 0.733 (before the augmentation of issue 19: 0.862, weakest translation 0.733).
 # Natural set: 0.902 overall, weakest label code 0.739 (23 prompts a label, so one prompt moves
@@ -141,11 +143,23 @@ def test_training_is_deterministic():
     assert not np.array_equal(first.weights, other_seed.weights)
 
 
+def _tool(*arguments: str) -> str:
+    """`python -m tools.intent ...` as a developer runs it: its own process, no Django."""
+    done = subprocess.run(
+        [sys.executable, "-m", "tools.intent", *arguments],
+        cwd=ROOT,
+        env={k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return done.stdout
+
+
 def test_intent_train_reproduces_the_shipped_artifact(tmp_path, model):
     output = tmp_path / "intent.npz"
-    out = StringIO()
-    call_command("intent_train", "--output", str(output), stdout=out)
-    assert "realistic-set accuracy" in out.getvalue()
+    trained = _tool("train", "--output", str(output))
+    assert "realistic-set accuracy" in trained
     retrained = IntentModel.load(output)
     assert retrained.provenance == model.provenance
     assert retrained.temperature == model.temperature
@@ -155,9 +169,7 @@ def test_intent_train_reproduces_the_shipped_artifact(tmp_path, model):
 
 
 def test_intent_report_command(model):
-    out = StringIO()
-    call_command("intent_report", "--json", stdout=out)
-    report = json.loads(out.getvalue())
+    report = json.loads(_tool("report", "--json"))
     assert report["artifact"]["stale"] is False
     assert report["calibration"]["ece"] <= REALISTIC_ECE_CEILING
     splits = (("heldout", HELDOUT_FILE), ("natural", NATURAL_FILE), ("realistic", REALISTIC_FILE))
@@ -171,9 +183,7 @@ def test_intent_report_command(model):
         assert confusion.shape == (len(LABELS), len(LABELS))
         assert confusion.sum() == expected.total
 
-    text = StringIO()
-    call_command("intent_report", stdout=text)
-    rendered = text.getvalue()
+    rendered = _tool("report")
     assert "Held-out split" in rendered and "Natural set" in rendered
     assert "Confusion matrix" in rendered and "Realistic set" in rendered
     assert "ECE" in rendered

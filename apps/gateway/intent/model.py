@@ -101,12 +101,14 @@ class IntentModel:
         try:
             archive = np.load(path, allow_pickle=False)
         except FileNotFoundError as exc:
-            raise ArtifactError(f"no intent model at {path}; run manage.py intent_train") from exc
+            raise ArtifactError(
+                f"no intent model at {path}; run python -m tools.intent train"
+            ) from exc
         with archive:
             if int(archive["version"]) != ARTIFACT_VERSION:
                 raise ArtifactError(
                     f"{path}: version {int(archive['version'])}, expected "
-                    f"{ARTIFACT_VERSION}; retrain with manage.py intent_train"
+                    f"{ARTIFACT_VERSION}; retrain with python -m tools.intent train"
                 )
             labels = tuple(str(label) for label in archive["labels"])
             if labels != LABELS:

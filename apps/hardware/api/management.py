@@ -12,8 +12,8 @@ from apps.hardware.choices import NodeStatus
 from apps.hardware.models import Node
 from apps.hardware.selectors import node_list
 from apps.hardware.services import node_drain, node_undrain
-from apps.keys.api.auth import ByName, OperatorApiMixin
-from apps.keys.api.filters import ManagementFilterSet
+from dmxplatform.api import ByName, OperatorApiMixin
+from dmxplatform.api.filters import ManagementFilterSet
 
 
 class NodeOutput(serializers.ModelSerializer):

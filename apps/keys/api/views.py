@@ -9,20 +9,12 @@ from datetime import timedelta
 from django.urls import reverse
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import generics
-from rest_framework.exceptions import NotFound
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.keys.api.auth import (
-    ByName,
-    ManagementApiMixin,
-    NewestFirst,
-    OperatorApiMixin,
-    TenantOwner,
-)
+from apps.keys.api.auth import TenantApiMixin, TenantOwner
 from apps.keys.api.filters import ApiKeyFilter, TenantFilter, UsageDailyFilter, UsageRecordFilter
-from apps.keys.api.schema import ERROR
 from apps.keys.api.serializers import (
     ApiKeyInput,
     ApiKeyOutput,
@@ -77,11 +69,13 @@ from apps.keys.services import (
     tenant_approve,
     tenant_update,
 )
+from dmxplatform.api import ByName, NewestFirst, OperatorApiMixin
+from dmxplatform.api.schema import ERROR
 
 # Keys ------------------------------------------------------------------------------------------
 
 
-class KeyMixin(ManagementApiMixin):
+class KeyMixin(TenantApiMixin):
     queryset = ApiKey.objects.none()
     permission_classes = [TenantOwner]
     lookup_field = "key_id"
@@ -177,7 +171,7 @@ class KeyRevoke(KeyMixin, generics.GenericAPIView):
         tags=["usage"],
     )
 )
-class UsageRecordList(ManagementApiMixin, generics.ListAPIView):
+class UsageRecordList(TenantApiMixin, generics.ListAPIView):
     queryset = UsageRecord.objects.none()
     serializer_class = UsageRecordOutput
     filterset_class = UsageRecordFilter
@@ -197,7 +191,7 @@ class ByDay(NewestFirst):
         tags=["usage"],
     )
 )
-class UsageDailyList(ManagementApiMixin, generics.ListAPIView):
+class UsageDailyList(TenantApiMixin, generics.ListAPIView):
     queryset = UsageDaily.objects.none()
     serializer_class = UsageDailyOutput
     filterset_class = UsageDailyFilter
@@ -207,7 +201,7 @@ class UsageDailyList(ManagementApiMixin, generics.ListAPIView):
         return usage_daily_of(tenant=self.tenant).select_related("api_key")
 
 
-class QuotaList(ManagementApiMixin, APIView):
+class QuotaList(TenantApiMixin, APIView):
     pagination_class = None  # a handful per tenant: its plan's and its keys' own
 
     @extend_schema(
@@ -222,7 +216,7 @@ class QuotaList(ManagementApiMixin, APIView):
 # Members and invitations -----------------------------------------------------------------------
 
 
-class MemberMixin(ManagementApiMixin):
+class MemberMixin(TenantApiMixin):
     queryset = Membership.objects.none()
     permission_classes = [TenantOwner]
     serializer_class = MemberOutput
@@ -263,7 +257,7 @@ class MemberDetail(MemberMixin, generics.RetrieveAPIView):
         return Response(status=204)
 
 
-class InvitationMixin(ManagementApiMixin):
+class InvitationMixin(TenantApiMixin):
     queryset = Invitation.objects.none()
     permission_classes = [TenantOwner]
     serializer_class = InvitationOutput
@@ -314,7 +308,7 @@ class InvitationDetail(InvitationMixin, generics.RetrieveAPIView):
 # Management tokens (the caller's own) ----------------------------------------------------------
 
 
-class TokenMixin(ManagementApiMixin):
+class TokenMixin(TenantApiMixin):
     queryset = ManagementToken.objects.none()
     serializer_class = TokenOutput
     lookup_field = "token_id"
@@ -454,14 +448,3 @@ class PlanDetail(PlanMixin, generics.RetrieveAPIView):
     def delete(self, request: Request, pk: int) -> Response:
         plan_delete(plan=self.get_object())
         return Response(status=204)
-
-
-# Anything else under /api/v1/ ------------------------------------------------------------------
-
-
-@extend_schema(exclude=True)
-class UnknownPath(APIView):
-    """A 404 in the platform's error shape for any method, rather than Django's HTML page."""
-
-    def initial(self, request: Request, *args, **kwargs) -> None:
-        raise NotFound(f"Invalid URL ({request.method} {request.path}).")

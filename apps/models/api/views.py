@@ -9,8 +9,8 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.hardware.selectors import models_available
-from apps.keys.api.auth import ManagementApiMixin
 from apps.models.choices import ModelKind
+from dmxplatform.api import ManagementApiMixin
 
 
 class ModelOutput(serializers.Serializer):

@@ -12,8 +12,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from apps.hardware.api.management import NodeMixin
-from apps.keys.api.auth import NewestFirst, OperatorApiMixin
-from apps.keys.api.filters import ManagementFilterSet
 from apps.models.models import MODEL_NAME_VALIDATOR, LlmModel, ModelVersion
 from apps.models.services import MAX_CANARY_STEPS, CanaryGates
 from apps.routing.choices import CanaryAction
@@ -29,6 +27,8 @@ from apps.routing.services import (
     weights_apply,
     weights_reject,
 )
+from dmxplatform.api import NewestFirst, OperatorApiMixin
+from dmxplatform.api.filters import ManagementFilterSet
 
 # Far beyond any useful ratio between two routes, and finite: a JSON number such as 1e999
 # reads as infinity, which no weighted choice survives.

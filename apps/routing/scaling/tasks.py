@@ -11,7 +11,7 @@ from django.conf import settings
 from apps.routing.choices import ScalingTrigger
 from apps.routing.scaling.selectors import scaling_policy_ids_active
 from apps.routing.scaling.services import scaling_evaluate
-from dmxplatform.celery import Queue
+from dmxplatform.queues import Queue
 
 
 @shared_task(queue=Queue.FLEET, time_limit=30, soft_time_limit=20, ignore_result=True)

@@ -1,7 +1,7 @@
 """Run the gateway: uvicorn with the flags the platform needs, and a shutdown bound that follows
 the longest request.
 
-    python -m dmxplatform.serve [--host H] [--port P] [--workers N] [--log-level L]
+    python -m config.serve [--host H] [--port P] [--workers N] [--log-level L]
 
 On SIGTERM uvicorn stops accepting connections and waits for the requests in flight; the wait is
 bounded at DMX_REQUEST_TIMEOUT_SECONDS plus DMX_GATEWAY_SHUTDOWN_MARGIN_SECONDS, so a stream is
@@ -24,7 +24,7 @@ def options(argv: list[str] | None = None) -> dict:
     """uvicorn's settings for this command line and the platform's settings."""
     from django.conf import settings
 
-    parser = argparse.ArgumentParser(prog="python -m dmxplatform.serve")
+    parser = argparse.ArgumentParser(prog="python -m config.serve")
     parser.add_argument("--host", default=os.environ.get("DMX_GATEWAY_HOST", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("DMX_GATEWAY_PORT", "8000")))
     parser.add_argument(
@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
     if not os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
         created = os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="dmx-metrics-")
     try:
-        uvicorn.run("dmxplatform.asgi:application", **options(argv))
+        uvicorn.run("config.asgi:application", **options(argv))
     finally:
         if created:
             shutil.rmtree(created, ignore_errors=True)

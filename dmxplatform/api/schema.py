@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import inspect
 
-from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.utils import OpenApiResponse
 from rest_framework import permissions, serializers
@@ -34,19 +33,6 @@ def management_endpoints_only(endpoints: list, **kwargs) -> list:
     return [endpoint for endpoint in endpoints if endpoint[0].startswith(MANAGEMENT_API_PREFIX)]
 
 
-class ManagementTokenScheme(OpenApiAuthenticationExtension):
-    target_class = "apps.keys.api.auth.ManagementTokenAuthentication"
-    name = "managementToken"
-
-    def get_security_definition(self, auto_schema):
-        return {
-            "type": "http",
-            "scheme": "bearer",
-            "description": "A management token from the portal (Tokens): "
-            "`Authorization: Bearer dmx-mgmt-...`. API keys (`sk-dmx-...`) are refused.",
-        }
-
-
 class ManagementAutoSchema(AutoSchema):
     """Adds the error responses an operation can give to those its view declares."""
 
@@ -65,11 +51,9 @@ class ManagementAutoSchema(AutoSchema):
         return responses
 
     def _errors(self) -> dict[str, str]:
-        from apps.keys.api.auth import Operator, TenantOwner  # auth.py's views use this class
-
         view_permissions = self.view.get_permissions()
-        operator = any(isinstance(p, Operator) for p in view_permissions)
-        owner_only = any(isinstance(p, TenantOwner) for p in view_permissions)
+        operator = any(getattr(p, "operators_only", False) for p in view_permissions)
+        owner_only = any(getattr(p, "owners_only", False) for p in view_permissions)
         writes = self.method not in permissions.SAFE_METHODS
         errors = {}
         has_body = self.method in ("POST", "PUT", "PATCH") and self._get_request_body()

@@ -5,7 +5,7 @@ from dataclasses import asdict
 
 from django.core.management.base import BaseCommand
 
-from apps.gateway.services import demo_setup
+from config.demo import demo_setup
 
 
 class Command(BaseCommand):

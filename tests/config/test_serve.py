@@ -1,6 +1,6 @@
 """The gateway's server command: its flags, a shutdown bound, idle connections."""
 
-from dmxplatform.serve import options
+from config.serve import options
 
 
 def test_the_gateways_shutdown_waits_longer_than_the_longest_request(settings):

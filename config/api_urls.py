@@ -6,7 +6,7 @@ platform's error shape, for every method.
 
 from django.urls import include, path, re_path
 
-from apps.keys.api.views import UnknownPath
+from dmxplatform.api import UnknownPath
 
 app_name = "api"
 

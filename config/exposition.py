@@ -1,7 +1,7 @@
 """/metrics: every gateway process's figures summed, closed to the public by default.
 
 The gateway runs several processes (DMX_GATEWAY_WORKERS); each writes its counters and
-histograms to files in PROMETHEUS_MULTIPROC_DIR (set by dmxplatform.serve), and a scrape of any
+histograms to files in PROMETHEUS_MULTIPROC_DIR (set by config.serve), and a scrape of any
 process reads them all (prometheus_client's multiprocess mode). The fleet, stream, quota and
 model-target figures are read from Redis and the database at scrape time instead, the same
 from every process. Without the directory (a
