@@ -37,16 +37,14 @@ from tests.inference.hardware.nvml_replay import H100_X8, replay
 from tests.keys.factories import make_api_key, make_staff, make_user
 from tests.models.factories import make_model
 
+# Redis keys are each test's own (tests/conftest.py); the channel layer's are shared, so
+# each test looks only at its own node and model.
+pytestmark = pytest.mark.usefixtures("private_redis")
+
 DASHBOARD = "/admin/platform/fleet/"
 SOCKET = "/ws/console/fleet"
 # What a message the test waits for may take: a heartbeat's push is gathered for half a second.
 MESSAGE_TIMEOUT = 5
-
-
-@pytest.fixture(autouse=True)
-def _own_redis_keys(private_redis):
-    """These tests' Redis keys are their own (tests/conftest.py); the channel layer's are
-    shared, so each test looks only at its own node and model."""
 
 
 def _usage(key: ApiKey, model: str, at, *, status="ok", duration_ms=100.0, ttft=None, tokens=0):

@@ -24,7 +24,7 @@ from dmxplatform import streams
 from dmxplatform.redis_client import sync_redis
 from tests.keys.factories import append_usage, make_api_key, make_tenant, make_usage_event
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("private_redis")]
 SEARCH = "/admin/platform/traces/"
 
 # A streamed request as the gateway times it, written in no particular order (as jsonb keeps
@@ -43,11 +43,6 @@ STREAMED = {
     "parse": 0.25,
 }
 STREAMED_MS = 64.0
-
-
-@pytest.fixture(autouse=True)
-def _own_redis_keys(private_redis):
-    """These tests' Redis keys are their own (tests/conftest.py)."""
 
 
 def _staff(role: str | None) -> User:

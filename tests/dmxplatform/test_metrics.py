@@ -15,12 +15,8 @@ from tests.hardware.test_resources import h100_view
 from tests.routing.factories import make_snapshot
 
 # The scrape reads the models' targets and the quotas from the database.
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _own_redis_keys(private_redis):
-    """The fleet written here is this test's, apart from the e2e stack's."""
+# The fleet written here is this test's, apart from the e2e stack's.
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("private_redis")]
 
 
 def samples(body: str, prefix: str) -> dict[str, float]:

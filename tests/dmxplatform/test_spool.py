@@ -17,12 +17,10 @@ from dmxplatform.redis_client import request_resp_client, rkey, sync_redis
 from dmxplatform.resp import RedisUnavailable, RespClient
 from dmxplatform.spool import ACTIVE, READY, Spool, replay
 
+# Their Redis keys are their own (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("private_redis")
+
 FIELD = b"e"
-
-
-@pytest.fixture(autouse=True)
-def _own_redis_keys(private_redis):
-    """These tests' Redis keys are their own (tests/conftest.py)."""
 
 
 def run_replay(spool: Spool, redis: RespClient | None = None) -> int:

@@ -19,14 +19,9 @@ from tests.keys.factories import append_usage as append
 from tests.keys.factories import make_api_key
 from tests.keys.factories import make_usage_event as event
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("private_redis")]
 # The suite runs with one request-store shard: every usage event goes to this stream.
 USAGE = ledger.USAGE_STREAM.shard(0)
-
-
-@pytest.fixture(autouse=True)
-def _own_redis_keys(private_redis):
-    """These tests' Redis keys are their own (tests/conftest.py)."""
 
 
 def parked_reasons() -> dict[str, str]:

@@ -18,12 +18,7 @@ from apps.gateway.services import (
 )
 from dmxplatform.redis_client import rkey, sync_redis
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _own_redis_keys(private_redis):
-    """These tests' Redis keys are their own (tests/conftest.py)."""
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("private_redis")]
 
 
 def version() -> int:

@@ -19,15 +19,10 @@ from apps.gateway.terms_csv import MAX_CSV_BYTES, TermRow, read_terms, write_ter
 from dmxplatform.redis_client import rkey, sync_redis
 from tests.keys.factories import make_staff
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("private_redis")]
 
 IMPORT = "/admin/gateway/sensitiveterm/import/"
 LIST = "/admin/gateway/sensitiveterm/"
-
-
-@pytest.fixture(autouse=True)
-def _own_redis_keys(private_redis):
-    """These tests' Redis keys are their own (tests/conftest.py)."""
 
 
 @pytest.fixture

@@ -33,12 +33,7 @@ from tests.hardware.factories import make_node_token
 from tests.hardware.test_node_api import call_heartbeat
 from tests.models.factories import make_model
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _own_redis_keys(private_redis):
-    """These tests' Redis keys are their own (tests/conftest.py)."""
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("private_redis")]
 
 
 @pytest.fixture

@@ -13,12 +13,7 @@ from inference.wire import ENGINE_SETTINGS_PATH, EngineSettings
 from tests.hardware.factories import make_node_token
 from tests.models.factories import make_model
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _own_redis_keys(private_redis):
-    """These tests' Redis keys are their own (tests/conftest.py)."""
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("private_redis")]
 
 
 @pytest.fixture

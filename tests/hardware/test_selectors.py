@@ -20,6 +20,9 @@ from tests.hardware.test_resources import h100_view
 from tests.models.factories import make_model
 from tests.routing.factories import make_snapshot
 
+# Their Redis keys are their own (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("private_redis")
+
 # Entries no release writes: not JSON, JSON of another shape, a required field missing.
 UNREADABLE = {
     "901": b"{not json",
@@ -29,11 +32,6 @@ UNREADABLE = {
     ),
     "904": b"null",
 }
-
-
-@pytest.fixture(autouse=True)
-def _own_redis_keys(private_redis):
-    """These tests' Redis keys are their own (tests/conftest.py)."""
 
 
 def test_an_unreadable_entry_is_logged_and_left_out(caplog):

@@ -15,12 +15,7 @@ from tests.hardware.factories import make_node_token
 from tests.models.factories import make_model
 from tests.routing.factories import with_engine
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _own_redis_keys(private_redis):
-    """These tests' Redis keys are their own (tests/conftest.py)."""
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("private_redis")]
 
 
 def register(name: str, capture) -> Node:

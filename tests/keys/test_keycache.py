@@ -9,10 +9,8 @@ from apps.keys.keycache import KeyCache, KeyRecord, record_key
 from dmxplatform.redis_client import resp_client, sync_redis
 from tests.keys.factories import make_key_record, run_with_redis
 
-
-@pytest.fixture(autouse=True)
-def _own_redis_keys(private_redis):
-    """These tests' Redis keys are their own (tests/conftest.py)."""
+# Their Redis keys are their own (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("private_redis")
 
 
 record = make_key_record

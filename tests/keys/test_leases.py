@@ -12,12 +12,10 @@ from apps.keys.ratelimit import Meter, Rule, rules_for
 from dmxplatform.redis_client import sync_redis
 from tests.keys.factories import make_key_record, run_with_redis
 
+# Their Redis keys are their own (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("private_redis")
+
 LEASE = 16
-
-
-@pytest.fixture(autouse=True)
-def _own_redis_keys(private_redis):
-    """These tests' Redis keys are their own (tests/conftest.py)."""
 
 
 class CountingRedis:

@@ -19,12 +19,7 @@ from tests.stack import wait_for
 # The default request store: one shard.
 USAGE = ledger.USAGE_STREAM.shard(0)
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _own_redis_keys(private_redis):
-    """These tests' Redis keys are their own (tests/conftest.py)."""
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("private_redis")]
 
 
 def test_flush_moves_events_into_records_and_empties_the_stream():

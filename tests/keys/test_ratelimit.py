@@ -21,13 +21,11 @@ from dmxplatform import streams
 from dmxplatform.redis_client import sync_redis
 from tests.keys.factories import make_key_record, run_with_redis
 
+# Their Redis keys are their own (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("private_redis")
+
 # The default request store: one shard.
 USAGE = ledger.USAGE_STREAM.shard(0)
-
-
-@pytest.fixture(autouse=True)
-def _own_redis_keys(private_redis):
-    """These tests' Redis keys are their own (tests/conftest.py)."""
 
 
 def key(**overrides) -> KeyRecord:

@@ -32,12 +32,7 @@ from dmxplatform import credentials
 from dmxplatform.redis_client import request_redis
 from tests.keys.factories import make_api_key, make_member, make_tenant, make_user
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _own_redis_keys(private_redis):
-    """These tests' Redis keys are their own (tests/conftest.py)."""
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("private_redis")]
 
 
 def _accept_url(token: str) -> str:

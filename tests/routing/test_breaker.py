@@ -9,10 +9,8 @@ from dmxplatform.redis_client import sync_redis
 from tests.keys.factories import run_with_redis
 from tests.routing.factories import make_fleet, make_model_entry, make_snapshot
 
-
-@pytest.fixture(autouse=True)
-def _own_redis_keys(private_redis):
-    """These tests' Redis keys are their own (tests/conftest.py)."""
+# Their Redis keys are their own (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("private_redis")
 
 
 async def refreshed(board: BreakerBoard) -> BreakerBoard:

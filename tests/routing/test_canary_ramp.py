@@ -25,14 +25,9 @@ from tests.keys.factories import make_api_key, make_staff
 from tests.models.factories import make_model
 from tests.routing.test_services import record
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("private_redis")]
 
 GATES = CanaryGates(min_requests=10, error_tolerance=0.05, latency_p95_ms=500)
-
-
-@pytest.fixture(autouse=True)
-def _own_redis_keys(private_redis):
-    """These tests' Redis keys are their own (tests/conftest.py)."""
 
 
 @pytest.fixture

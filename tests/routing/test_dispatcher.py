@@ -21,10 +21,8 @@ from inference.wire import EngineLoad
 from tests.keys.factories import run_with_redis
 from tests.routing.factories import make_snapshot, route_request
 
-
-@pytest.fixture(autouse=True)
-def _own_redis_keys(private_redis):
-    """These tests' Redis keys are their own (tests/conftest.py)."""
+# Their Redis keys are their own (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("private_redis")
 
 
 def dispatch_to(nodes, request, *, wake_after: float | None = None):

@@ -13,10 +13,8 @@ from dmxplatform.redis_client import sync_redis
 from tests.hardware.test_resources import h100_view
 from tests.routing.factories import make_snapshot
 
-
-@pytest.fixture(autouse=True)
-def _own_redis_keys(private_redis):
-    """These tests' Redis keys are their own (tests/conftest.py)."""
+# Their Redis keys are their own (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("private_redis")
 
 
 def test_an_unreadable_entry_costs_only_its_own_figures(caplog):

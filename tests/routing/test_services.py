@@ -25,12 +25,7 @@ from dmxplatform.redis_client import sync_redis
 from tests.keys.factories import make_api_key
 from tests.models.factories import make_model
 
-pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture(autouse=True)
-def _own_redis_keys(private_redis):
-    """These tests' Redis keys are their own (tests/conftest.py)."""
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("private_redis")]
 
 
 def record(

@@ -9,14 +9,9 @@ from apps.routing.models import ScalingEvent, ScalingPolicy
 from tests.models.factories import make_model
 from tests.routing.scaling.factories import NAMESPACE, make_policy, publish_node
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("private_redis")]
 
 CHANGELIST = "/admin/routing/scalingpolicy/"
-
-
-@pytest.fixture(autouse=True)
-def _own_redis_keys(private_redis):
-    """These tests' Redis keys are their own (tests/conftest.py)."""
 
 
 def test_evaluate_now_scales_a_breaching_model_as_the_operator(admin_client, kube):

@@ -26,18 +26,13 @@ from tests.routing.scaling.factories import (
     update_node,
 )
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("private_redis")]
 
 MODEL = "unit-scaled"
 # Waiting requests on one node, against the policy's default target of 4 per node: over it,
 # inside the band between calm (under a quarter of it) and breach, and idle.
 BUSY, HALF_BUSY, IDLE = 10, 2, 0
 LATENCY_TARGET_MS = 1000
-
-
-@pytest.fixture(autouse=True)
-def _own_redis_keys(private_redis):
-    """These tests' Redis keys are their own (tests/conftest.py)."""
 
 
 def evaluate(policy, *, now=None) -> ScalingEvent:

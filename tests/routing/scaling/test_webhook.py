@@ -6,16 +6,11 @@ from apps.routing.choices import ScalingAction, ScalingTrigger
 from apps.routing.models import ScalingEvent
 from tests.routing.scaling.factories import NAMESPACE, make_policy, publish_node
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("private_redis")]
 
 URL = "/internal/v1/alerts/alertmanager"
 TOKEN = "am-secret-4f1c"
 MODEL = "unit-alerted"
-
-
-@pytest.fixture(autouse=True)
-def _own_redis_keys(private_redis):
-    """These tests' Redis keys are their own (tests/conftest.py)."""
 
 
 @pytest.fixture
