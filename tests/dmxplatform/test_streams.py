@@ -8,8 +8,9 @@ from django.db import OperationalError, ProgrammingError
 from django.urls import reverse
 from prometheus_client import generate_latest
 
-from apps.keys import ledger, services, tasks
+from apps.keys import ledger, tasks
 from apps.keys.models import ApiKey, UsageRecord
+from apps.keys.services import usage as usage_services
 from apps.keys.services import usage_flush
 from config import exposition
 from dmxplatform import streams
@@ -73,7 +74,7 @@ def test_batches_behind_a_bad_entry_are_drained_in_the_same_flush():
 
 
 def _store_usage(pairs):
-    from apps.keys.services import _usage_store
+    from apps.keys.services.usage import _usage_store
 
     return _usage_store(pairs)
 
@@ -107,7 +108,7 @@ def test_a_database_that_answers_but_refuses_every_write_parks_nothing(monkeypat
     def refuse(entries):
         raise failure
 
-    monkeypatch.setattr(services, "_usage_insert", refuse)
+    monkeypatch.setattr(usage_services, "_usage_insert", refuse)
     assert usage_flush() == 0
     assert streams.parked(USAGE) == []
     assert sync_redis().xlen(USAGE.key()) == 3

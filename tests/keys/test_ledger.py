@@ -6,8 +6,9 @@ import orjson
 import pytest
 from django.db import OperationalError
 
-from apps.keys import ledger, services
+from apps.keys import ledger
 from apps.keys.models import UsageRecord
+from apps.keys.services import usage as usage_services
 from apps.keys.services import usage_flush
 from dmxplatform import streams
 from dmxplatform.redis_client import sync_redis
@@ -72,7 +73,7 @@ def test_events_wait_in_redis_while_the_database_fails(monkeypatch):
     def database_down(entries):
         raise OperationalError("connection refused")
 
-    monkeypatch.setattr(services, "_usage_insert", database_down)
+    monkeypatch.setattr(usage_services, "_usage_insert", database_down)
     assert usage_flush() == 0
     # Read but unacknowledged: pending for this consumer, still in the stream.
     assert sync_redis().xpending(USAGE.key(), streams.GROUP)["pending"] == 1

@@ -1,155 +1,19 @@
-"""Reads of keys and usage."""
+"""Reads of usage: raw records, the daily rollups and their series, the last hour per minute."""
 
 from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
-from typing import NamedTuple
 
 from django.db import connections
-from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models import Count, F, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce, TruncMinute
 from django.utils import timezone
 
 from apps.keys.choices import UsageStatus
-from apps.keys.keycache import KeyRecord, Limits, Quota
-from apps.keys.models import (
-    KEY_PREFIX,
-    ApiKey,
-    Invitation,
-    ManagementToken,
-    Membership,
-    RateLimits,
-    Tenant,
-    UsageDaily,
-    UsageRecord,
-)
-from apps.keys.ratelimit import period_bounds, quota_key
-from dmxplatform import credentials
+from apps.keys.models import KEY_PREFIX, Tenant, UsageDaily, UsageRecord
 from dmxplatform.aggregates import Percentile, percentile
-from dmxplatform.redis_client import request_mget
-
-
-def _limits(source: RateLimits | None) -> Limits:
-    if source is None:
-        return Limits()
-    return Limits(
-        requests_per_minute=source.requests_per_minute,
-        tokens_per_minute=source.tokens_per_minute,
-        max_concurrent_requests=source.max_concurrent_requests,
-    )
-
-
-def key_record_from_row(key: ApiKey) -> KeyRecord:
-    """Flatten a key, its tenant and its tenant's plan into what the gateway checks."""
-    plan = key.tenant.plan
-    quotas = [
-        Quota(scope="tenant", period=q.period, model=q.model, tokens=q.tokens)
-        for q in (plan.quotas.all() if plan else ())
-    ]
-    if key.token_quota:
-        quotas.append(
-            Quota(scope="key", period=key.token_quota_period, model="", tokens=key.token_quota)
-        )
-    return KeyRecord(
-        id=key.id,
-        key_id=key.key_id,
-        secret_hash=key.secret_hash,
-        tenant_id=key.tenant_id,
-        name=key.name,
-        allowed_models=tuple(key.allowed_models or ()),
-        expires_at=key.expires_at.timestamp() if key.expires_at else None,
-        revoked=key.revoked_at is not None or not key.tenant.is_active,
-        allowed_networks=tuple(key.allowed_networks or ()),
-        priority=key.priority,
-        signing_secret_encrypted=key.signing_secret_encrypted if key.signing_required else "",
-        tenant_limits=_limits(plan),
-        key_limits=_limits(key),
-        quotas=tuple(quotas),
-        previous_secret_hash=key.previous_secret_hash,
-        previous_valid_until=(
-            key.previous_secret_expires_at.timestamp() if key.previous_secret_expires_at else None
-        ),
-    )
-
-
-def key_record_load(key_id: str) -> KeyRecord | None:
-    """Return a key's record from the database, or None when the id is unknown."""
-    key = (
-        ApiKey.objects.select_related("tenant__plan")
-        .prefetch_related("tenant__plan__quotas")
-        .filter(key_id=key_id)
-        .first()
-    )
-    return key_record_from_row(key) if key else None
-
-
-# --- tenants, members and what the portal and the management API show ---------------------
-
-
-def memberships_of(*, user) -> QuerySet[Membership]:
-    """The tenants a user belongs to, with their role, oldest first."""
-    return Membership.objects.filter(user=user, tenant__is_active=True).select_related(
-        "tenant__plan"
-    )
-
-
-# The portal keeps the tenant a user works in under this session key; the management API reads
-# it for calls made with the session.
-SESSION_TENANT = "dmx_tenant_id"
-
-
-def membership_find(*, user, tenant_id: int | None) -> Membership | None:
-    """The user's membership of `tenant_id`, or of their first tenant when it is None or not
-    theirs: the tenant the portal and the session-authenticated API act in."""
-    memberships = memberships_of(user=user).order_by("created_at")
-    chosen = memberships.filter(tenant_id=tenant_id).first() if tenant_id else None
-    return chosen or memberships.first()
-
-
-def tenant_members(*, tenant: Tenant) -> QuerySet[Membership]:
-    return Membership.objects.filter(tenant=tenant).select_related("user").order_by("created_at")
-
-
-def tenant_invitations_open(*, tenant: Tenant) -> QuerySet[Invitation]:
-    return Invitation.objects.filter(
-        tenant=tenant, accepted_at__isnull=True, expires_at__gt=timezone.now()
-    )
-
-
-def invitation_find(*, token: str) -> Invitation | None:
-    """The invitation a token from an invitation mail names, used or not; None if unknown."""
-    return (
-        Invitation.objects.select_related("tenant")
-        .filter(token_hash=credentials.hash_secret(token))
-        .first()
-    )
-
-
-def api_keys_of(*, tenant: Tenant) -> QuerySet[ApiKey]:
-    """A tenant's keys with when each was last used and its tokens this calendar month (UTC),
-    from the ledger: the hot path writes nothing to the database for either."""
-    month_start = timezone.now().replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-    last_used = UsageRecord.objects.filter(api_key=OuterRef("pk")).order_by("-created_at")
-    month = (
-        UsageDaily.objects.filter(api_key=OuterRef("pk"), day__gte=month_start.date())
-        .values("api_key")
-        .annotate(total=Sum(F("prompt_tokens") + F("completion_tokens")))
-        .values("total")
-    )
-    return (
-        ApiKey.objects.filter(tenant=tenant)
-        .select_related("tenant__plan")
-        .annotate(
-            last_used_at=Subquery(last_used.values("created_at")[:1]),
-            month_tokens=Coalesce(Subquery(month), 0),
-        )
-    )
-
-
-def management_tokens_of(*, user, tenant: Tenant) -> QuerySet[ManagementToken]:
-    return ManagementToken.objects.filter(user=user, tenant=tenant)
 
 
 def usage_records_of(
@@ -266,99 +130,6 @@ def usage_by_key(*, tenant: Tenant, since: date) -> QuerySet:
         )
         .order_by("-total_tokens")
     )
-
-
-@dataclass(frozen=True)
-class QuotaStatus:
-    """A token quota and where its period stands, as admission counts it (in-flight
-    reservations included, so `remaining` is what a new request can still get)."""
-
-    scope: str  # "tenant" or "key"
-    key_id: str  # the key's public id for a key quota; "" for the tenant's
-    period: str
-    model: str  # "" for all models
-    limit: int
-    used: int
-    resets_at: datetime
-
-    @property
-    def remaining(self) -> int:
-        return max(self.limit - self.used, 0)
-
-
-class _Wanted(NamedTuple):
-    """A quota quota_status reads."""
-
-    tenant_id: int
-    scope: str
-    key_id: str  # as in QuotaStatus
-    owner: int  # the tenant's or the key's id
-    period: str
-    model: str
-    limit: int
-
-
-def _plan_quotas(tenant: Tenant) -> list[_Wanted]:
-    if tenant.plan is None:
-        return []
-    return [
-        _Wanted(tenant.id, "tenant", "", tenant.id, quota.period, quota.model, quota.tokens)
-        for quota in tenant.plan.quotas.all()
-    ]
-
-
-def _key_quota(key: ApiKey) -> _Wanted:
-    return _Wanted(
-        key.tenant_id, "key", key.key_id, key.id, key.token_quota_period, "", key.token_quota
-    )
-
-
-def _quotas_used(wanted: list[_Wanted], moment: datetime) -> list[QuotaStatus]:
-    """The quotas with what each has used this period (one MGET per request-store slot)."""
-    if not wanted:
-        return []
-    bounds = [period_bounds(quota.period, moment) for quota in wanted]
-    used = request_mget(
-        [
-            quota_key(quota.tenant_id, quota.scope, quota.owner, label, quota.model)
-            for quota, (label, _) in zip(wanted, bounds, strict=True)
-        ]
-    )
-    return [
-        QuotaStatus(
-            scope=quota.scope,
-            key_id=quota.key_id,
-            period=quota.period,
-            model=quota.model,
-            limit=quota.limit,
-            used=int(count or 0),
-            resets_at=end,
-        )
-        for quota, (_, end), count in zip(wanted, bounds, used, strict=True)
-    ]
-
-
-def quota_status(*, tenant: Tenant, now: datetime | None = None) -> list[QuotaStatus]:
-    """Every quota of a tenant's plan and of its live keys, with what is used this period."""
-    keys = ApiKey.objects.filter(tenant=tenant, revoked_at__isnull=True, token_quota__isnull=False)
-    wanted = _plan_quotas(tenant) + [_key_quota(key) for key in keys]
-    return _quotas_used(wanted, now or timezone.now())
-
-
-def quota_status_all(*, now: datetime | None = None) -> list[tuple[str, QuotaStatus]]:
-    """Every tenant's quotas as quota_status gives them, each with its tenant's slug: for
-    /metrics, in three queries and one MGET however many tenants there are."""
-    owners: list[str] = []
-    wanted: list[_Wanted] = []
-    for tenant in Tenant.objects.select_related("plan").prefetch_related("plan__quotas"):
-        for quota in _plan_quotas(tenant):
-            owners.append(tenant.slug)
-            wanted.append(quota)
-    keys = ApiKey.objects.filter(revoked_at__isnull=True, token_quota__isnull=False)
-    for key in keys.select_related("tenant"):
-        owners.append(key.tenant.slug)
-        wanted.append(_key_quota(key))
-    return list(zip(owners, _quotas_used(wanted, now or timezone.now()), strict=True))
 
 
 # The operator console's charts: the last hour of every model's traffic, a point a minute.

@@ -1,0 +1,85 @@
+"""Reads of API keys: the record the gateway checks, and a tenant's keys as people see them."""
+
+from __future__ import annotations
+
+from django.db.models import F, OuterRef, QuerySet, Subquery, Sum
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from apps.keys.keycache import KeyRecord, Limits, Quota
+from apps.keys.models import ApiKey, RateLimits, Tenant, UsageDaily, UsageRecord
+
+
+def _limits(source: RateLimits | None) -> Limits:
+    if source is None:
+        return Limits()
+    return Limits(
+        requests_per_minute=source.requests_per_minute,
+        tokens_per_minute=source.tokens_per_minute,
+        max_concurrent_requests=source.max_concurrent_requests,
+    )
+
+
+def key_record_from_row(key: ApiKey) -> KeyRecord:
+    """Flatten a key, its tenant and its tenant's plan into what the gateway checks."""
+    plan = key.tenant.plan
+    quotas = [
+        Quota(scope="tenant", period=q.period, model=q.model, tokens=q.tokens)
+        for q in (plan.quotas.all() if plan else ())
+    ]
+    if key.token_quota:
+        quotas.append(
+            Quota(scope="key", period=key.token_quota_period, model="", tokens=key.token_quota)
+        )
+    return KeyRecord(
+        id=key.id,
+        key_id=key.key_id,
+        secret_hash=key.secret_hash,
+        tenant_id=key.tenant_id,
+        name=key.name,
+        allowed_models=tuple(key.allowed_models or ()),
+        expires_at=key.expires_at.timestamp() if key.expires_at else None,
+        revoked=key.revoked_at is not None or not key.tenant.is_active,
+        allowed_networks=tuple(key.allowed_networks or ()),
+        priority=key.priority,
+        signing_secret_encrypted=key.signing_secret_encrypted if key.signing_required else "",
+        tenant_limits=_limits(plan),
+        key_limits=_limits(key),
+        quotas=tuple(quotas),
+        previous_secret_hash=key.previous_secret_hash,
+        previous_valid_until=(
+            key.previous_secret_expires_at.timestamp() if key.previous_secret_expires_at else None
+        ),
+    )
+
+
+def key_record_load(key_id: str) -> KeyRecord | None:
+    """Return a key's record from the database, or None when the id is unknown."""
+    key = (
+        ApiKey.objects.select_related("tenant__plan")
+        .prefetch_related("tenant__plan__quotas")
+        .filter(key_id=key_id)
+        .first()
+    )
+    return key_record_from_row(key) if key else None
+
+
+def api_keys_of(*, tenant: Tenant) -> QuerySet[ApiKey]:
+    """A tenant's keys with when each was last used and its tokens this calendar month (UTC),
+    from the ledger: the hot path writes nothing to the database for either."""
+    month_start = timezone.now().replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    last_used = UsageRecord.objects.filter(api_key=OuterRef("pk")).order_by("-created_at")
+    month = (
+        UsageDaily.objects.filter(api_key=OuterRef("pk"), day__gte=month_start.date())
+        .values("api_key")
+        .annotate(total=Sum(F("prompt_tokens") + F("completion_tokens")))
+        .values("total")
+    )
+    return (
+        ApiKey.objects.filter(tenant=tenant)
+        .select_related("tenant__plan")
+        .annotate(
+            last_used_at=Subquery(last_used.values("created_at")[:1]),
+            month_tokens=Coalesce(Subquery(month), 0),
+        )
+    )

@@ -1,0 +1,185 @@
+"""Writes for the usage ledger: flush the buffer into records and daily rollups; replay, prune."""
+
+from __future__ import annotations
+
+import contextlib
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+
+import orjson
+from django.db import connection
+from django.db.models import F
+from django.utils import timezone
+
+from apps.keys import ledger
+from apps.keys.choices import UsageStatus
+from apps.keys.models import UsageDaily, UsageRecord
+from dmxplatform import streams
+from dmxplatform.redis_client import request_redis
+
+# Rows deleted per statement when pruning: small enough not to hold long locks.
+USAGE_PRUNE_BATCH = 10_000
+
+
+def _usage_row(event: ledger.UsageEvent) -> UsageRecord:
+    return UsageRecord(
+        request_id=event.request_id,
+        api_key_id=event.api_key_id,
+        tenant_id=event.tenant_id,
+        created_at=datetime.fromtimestamp(event.created_at, tz=UTC),
+        endpoint=event.endpoint,
+        model=event.model,
+        model_version=event.model_version,
+        node=event.node,
+        intent=event.intent,
+        intent_confidence=event.intent_confidence,
+        intent_low_confidence=event.intent_low_confidence,
+        stream=event.stream,
+        status=event.status,
+        http_status=event.http_status,
+        error_code=event.error_code,
+        prompt_tokens=event.prompt_tokens,
+        completion_tokens=event.completion_tokens,
+        duration_ms=event.duration_ms,
+        time_to_first_token_ms=event.time_to_first_token_ms,
+        estimated_prompt_tokens=event.estimated_prompt_tokens,
+        context_limit=event.context_limit,
+        content_flags=event.content_flags,
+        timings=event.timings,
+        client_request_id=event.client_request_id,
+        trace_id=event.trace_id,
+    )
+
+
+def _usage_rollup(rows: list[UsageRecord]) -> None:
+    """Add rows to their (day, key, model) totals; runs in the rows' own transaction."""
+    totals: dict[tuple, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    for row in rows:
+        total = totals[(row.created_at.date(), row.api_key_id, row.tenant_id, row.model)]
+        total[0] += 1
+        total[1] += row.status != UsageStatus.OK
+        total[2] += row.prompt_tokens
+        total[3] += row.completion_tokens
+    for (day, key_id, tenant_id, model), (requests, errors, prompt, completion) in totals.items():
+        updated = UsageDaily.objects.filter(day=day, api_key_id=key_id, model=model).update(
+            requests=F("requests") + requests,
+            errors=F("errors") + errors,
+            prompt_tokens=F("prompt_tokens") + prompt,
+            completion_tokens=F("completion_tokens") + completion,
+        )
+        if not updated:
+            UsageDaily.objects.create(
+                day=day,
+                api_key_id=key_id,
+                tenant_id=tenant_id,
+                model=model,
+                requests=requests,
+                errors=errors,
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+            )
+
+
+def _usage_insert(entries: list[tuple[bytes, ledger.UsageEvent]]) -> None:
+    """Store events not stored before, with their daily totals, in the caller's transaction.
+
+    Only one flush runs at a time (streams.drain's lock), so "not stored before" read here
+    still holds when the rows are written, and a redelivered event is neither stored nor
+    counted twice. A row that cannot be stored fails the batch; streams.drain then finds it.
+    """
+    fresh: dict[str, UsageRecord] = {}
+    for _, event in entries:
+        fresh.setdefault(event.request_id, _usage_row(event))
+    stored = UsageRecord.objects.filter(request_id__in=list(fresh)).values_list(
+        "request_id", flat=True
+    )
+    for request_id in stored:
+        del fresh[request_id]
+    rows = list(fresh.values())
+    _check_constraints_now()
+    UsageRecord.objects.bulk_create(rows)
+    _usage_rollup(rows)
+
+
+def usage_prune(*, older_than_days: int, batch_size: int = USAGE_PRUNE_BATCH) -> int:
+    """Delete raw usage records past retention, in batches; daily totals are kept."""
+    cutoff = timezone.now() - timedelta(days=older_than_days)
+    deleted = 0
+    while True:
+        ids = list(
+            UsageRecord.objects.filter(created_at__lt=cutoff).values_list("id", flat=True)[
+                :batch_size
+            ]
+        )
+        if not ids:
+            return deleted
+        deleted += UsageRecord.objects.filter(id__in=ids).delete()[0]
+
+
+def _check_constraints_now() -> None:
+    """Make PostgreSQL check foreign keys at insert, not at commit (Django defers them), so a
+    row that refers to something deleted fails its own attempt even inside an outer
+    transaction, and streams.drain can tell it from the rest of its batch."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+
+
+def _usage_store(pairs: list[tuple[bytes, bytes]]) -> dict[bytes, str]:
+    """Store usage events drained from the buffer; return why the unreadable ones are."""
+    decoded = []
+    unreadable = {}
+    for entry_id, payload in pairs:
+        try:
+            decoded.append((entry_id, ledger.UsageEvent.decode(payload)))
+        except (TypeError, ValueError) as exc:
+            unreadable[entry_id] = f"unreadable usage event: {exc}"
+    _usage_insert(decoded)
+    return unreadable
+
+
+def usage_replay(lines: Iterable[str]) -> tuple[int, int]:
+    """Append the usage events gateways could only log (`usage-unrecorded <json>` lines, when
+    Redis failed mid-request) to the usage stream again; returns (appended, unreadable).
+
+    The flush stores each request once, so replaying an event that did arrive is harmless."""
+    events, unreadable = [], 0
+    for line in lines:
+        _, mark, raw = _log_message(line).partition(ledger.UNRECORDED + " ")
+        if not mark:
+            continue  # any other log line
+        try:
+            events.append(ledger.UsageEvent.decode(raw.strip()))
+        except (ValueError, TypeError):  # orjson's JSONDecodeError is a ValueError
+            unreadable += 1
+    pipe = request_redis().pipeline(transaction=False)
+    for event in events:
+        pipe.xadd(
+            ledger.USAGE_STREAM.of_tenant(event.tenant_id).key(), {streams.FIELD: event.encode()}
+        )
+    pipe.execute()
+    return len(events), unreadable
+
+
+def _log_message(line: str) -> str:
+    """The message of a log line: a JSON line's `message` field (DMX_LOG_FORMAT=json), else the
+    line itself (plain text, whose message ends it). The JSON object may come after a prefix a
+    log collector added (journalctl's date and unit, a container runtime's stream name)."""
+    start = line.find("{")
+    if start >= 0:
+        with contextlib.suppress(ValueError, AttributeError, TypeError):
+            message = orjson.loads(line[start:]).get("message")
+            if message is not None:  # a plain line's first brace opens the usage event instead
+                return str(message)
+    return line
+
+
+def usage_flush(
+    *, shard: int | None = None, consumer: str = "flusher", batch_size: int = streams.BATCH
+) -> int:
+    """Move buffered usage events (of one shard's stream, or of all) into PostgreSQL; return
+    how many left the buffer."""
+    return streams.flush(
+        ledger.USAGE_STREAM, _usage_store, shard=shard, consumer=consumer, batch_size=batch_size
+    )
