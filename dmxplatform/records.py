@@ -6,6 +6,7 @@ import dataclasses
 import functools
 from typing import Any, Self, TypeVar
 
+import msgspec
 import orjson
 
 T = TypeVar("T")
@@ -23,6 +24,14 @@ def storable_text(value: str, limit: int) -> str:
     return value[:limit]
 
 
+def _builtins(value: Any) -> Any:
+    """What orjson cannot serialise itself: the node protocol's messages (msgspec Structs)
+    that a record holds, such as a node snapshot's engine load."""
+    if isinstance(value, msgspec.Struct):
+        return msgspec.to_builtins(value)
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
 class JsonRecord:
     """encode()/decode() for a dataclass whose fields are all JSON values.
 
@@ -33,7 +42,7 @@ class JsonRecord:
     __slots__ = ()
 
     def encode(self) -> bytes:
-        return orjson.dumps(self)
+        return orjson.dumps(self, default=_builtins)
 
     @classmethod
     def decode(cls, raw: bytes) -> Self:
@@ -42,12 +51,14 @@ class JsonRecord:
 
 @functools.cache
 def _field_names(cls: type) -> frozenset[str]:
+    if issubclass(cls, msgspec.Struct):
+        return frozenset(cls.__struct_fields__)
     return frozenset(f.name for f in dataclasses.fields(cls))
 
 
 def from_fields(cls: type[T], data: dict[str, Any]) -> T:
-    """The dataclass of these values, ignoring keys it has no field for: in a rolling update
-    newer processes write fields older ones do not know yet, and an older gateway that refused
+    """The dataclass (or msgspec Struct) of these values, ignoring keys it has no field for: in
+    a rolling update newer processes write fields older ones do not know yet, and an older gateway that refused
     such a node snapshot would route to no node at all. A missing required field still raises
     TypeError."""
     try:

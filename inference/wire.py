@@ -1,20 +1,19 @@
 """What the inference worker and the platform say to each other over HTTP.
 
 The one definition of the node protocol: the worker builds these, the platform parses them with
-`from_dict`, which checks every field's type, so neither side keeps its own copy of the schema.
-No Django here: the worker imports this module in its own virtualenv.
+`from_dict` (or `from_json` straight from a request's body), which checks every field's type
+and constraint (msgspec), so neither side keeps its own copy of the schema. No Django here: the
+worker imports this module in its own virtualenv.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import hashlib
-import types
+import re
 import typing
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Any, Self
+from typing import Annotated, Any, Literal, Self
+
+import msgspec
 
 REGISTER_PATH = "/internal/v1/nodes/register"
 HEARTBEAT_PATH = "/internal/v1/nodes/{node_id}/heartbeat"
@@ -22,10 +21,16 @@ TOKENIZER_PATH = "/internal/v1/tokenizers/{sha256}"
 # The model's name and the version's tag, each URL-quoted (a model's name may hold a slash).
 ENGINE_SETTINGS_PATH = "/internal/v1/models/{model}/versions/{version}/engine"
 
-NODE_STATUSES = ("up", "draining", "down")
+NodeStatus = Literal["up", "draining", "down"]
+NODE_STATUSES = typing.get_args(NodeStatus)
 # What a model's engine runs as (apps.models.choices.ModelKind): a generating model, or a
 # pooling one that embeds.
-MODEL_KINDS = ("generate", "embed")
+ModelKind = Literal["generate", "embed"]
+MODEL_KINDS = typing.get_args(ModelKind)
+
+Count = Annotated[int, msgspec.Meta(ge=0)]
+Fraction = Annotated[float, msgspec.Meta(ge=0.0, le=1.0)]
+Name = Annotated[str, msgspec.Meta(min_length=1)]
 
 
 class WireError(ValueError):
@@ -37,114 +42,58 @@ class WireError(ValueError):
         self.message = message
 
 
-Check = Callable[[Any, str], Any]
+# msgspec names where a value failed as "<message> - at `$.engine.kv_cache_usage`".
+_AT = re.compile(r"(?P<message>.*?)(?: - at `\$\.?(?P<path>[^`]*)`)?", re.S)
+_MISSING = re.compile(r"Object missing required field `(?P<name>[^`]+)`")
 
 
-@functools.cache
-def _checker(hint: Any) -> Check:
-    """Return a function that type-checks a value against `hint` (raising WireError with its
-    path) and returns it parsed. Built once per type: a heartbeat with eight GPUs' views is a
-    few hundred values, checked every few seconds for every node."""
-    origin = typing.get_origin(hint)
-    if origin in (typing.Union, types.UnionType):
-        options = typing.get_args(hint)
-        nullable = type(None) in options
-        inner = _checker(next(option for option in options if option is not type(None)))
-
-        def check_optional(value: Any, path: str) -> Any:
-            return None if value is None and nullable else inner(value, path)
-
-        return check_optional
-    if dataclasses.is_dataclass(hint):
-        return lambda value, path: hint.from_dict(value, path=path)
-    if origin is list:
-        item = _checker(typing.get_args(hint)[0])
-
-        def check_list(value: Any, path: str) -> list:
-            if not isinstance(value, list):
-                raise WireError(path, "must be a list")
-            return [item(entry, f"{path}[{i}]") for i, entry in enumerate(value)]
-
-        return check_list
-    if origin is dict or hint is dict:
-        return _typed(dict, "must be an object")
-    if hint is float:
-
-        def check_number(value: Any, path: str) -> float:
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise WireError(path, "must be a number")
-            return float(value)
-
-        return check_number
-    if hint is int:
-
-        def check_integer(value: Any, path: str) -> int:
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise WireError(path, "must be an integer")
-            return value
-
-        return check_integer
-    return _typed(hint, f"must be of type {hint.__name__}")
+def _joined(*parts: str) -> str:
+    return ".".join(part for part in parts if part)
 
 
-def _typed(kind: type, message: str) -> Check:
-    def check(value: Any, path: str) -> Any:
-        if not isinstance(value, kind):
-            raise WireError(path, message)
-        return value
-
-    return check
-
-
-@functools.cache
-def _schema(cls: type) -> tuple[tuple[str, Check, bool], ...]:
-    """Each field's name, checker and whether it is required. Resolving the string annotations
-    on every parse cost more than the parse itself (a heartbeat with eight GPUs: 19 ms)."""
-    hints = typing.get_type_hints(cls)
-    return tuple(
-        (
-            f.name,
-            _checker(hints[f.name]),
-            f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING,
-        )
-        for f in dataclasses.fields(cls)
-    )
+def _wire_error(error: msgspec.ValidationError, path: str) -> WireError:
+    """msgspec's error as the protocol's: the field's path and what is wrong with it."""
+    found = _AT.fullmatch(str(error))
+    message, at = found["message"], found["path"] or ""
+    cause = error.__cause__
+    if isinstance(cause, WireError):  # a cross-field check in a message's __post_init__
+        at, message = _joined(at, cause.field), cause.message
+    elif missing := _MISSING.fullmatch(message):
+        at, message = _joined(at, missing["name"]), "is required"
+    return WireError(_joined(path, at) or path or "body", message)
 
 
-class Message:
-    """Base of the protocol's dataclasses: strict parsing and plain-dict output."""
+class Message(msgspec.Struct, kw_only=True):
+    """Base of the protocol's messages: strict parsing, plain-dict output. Unknown keys are
+    ignored for forward compatibility; a bool is not an int, an int is a float."""
 
     @classmethod
     def from_dict(cls, data: Any, *, path: str = "") -> Self:
-        """Parse and type-check a JSON object; unknown keys are ignored for forward compat."""
-        if not isinstance(data, dict):
-            raise WireError(path or "body", "must be an object")
-        values = {}
-        for field_name, check, required in _schema(cls):
-            name = f"{path}.{field_name}" if path else field_name
-            if field_name not in data:
-                if required:
-                    raise WireError(name, "is required")
-                continue
-            values[field_name] = check(data[field_name], name)
-        instance = cls(**values)
-        instance.validate()
-        return instance
+        try:
+            return msgspec.convert(data, cls)
+        except msgspec.ValidationError as error:
+            raise _wire_error(error, path) from None
 
-    def validate(self) -> None:
-        """Check constraints beyond types; subclasses raise WireError."""
+    @classmethod
+    def from_json(cls, body: bytes) -> Self:
+        """Parse a JSON body straight into the message (no intermediate dicts)."""
+        try:
+            return msgspec.json.decode(body, type=cls)
+        except msgspec.ValidationError as error:
+            raise _wire_error(error, "") from None
+        except msgspec.DecodeError as error:
+            raise WireError("body", f"The body is not valid JSON: {error}") from None
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)  # type: ignore[call-overload]
+        return msgspec.to_builtins(self)
 
 
-@dataclass(slots=True)
 class EngineLoad(Message):
     """The engine's load, read from vLLM's own /metrics."""
 
-    num_requests_running: int = 0
-    num_requests_waiting: int = 0
-    kv_cache_usage: float = 0.0
+    num_requests_running: Count = 0
+    num_requests_waiting: Count = 0
+    kv_cache_usage: Fraction = 0.0
     prefix_cache_queries: float = 0.0
     prefix_cache_hits: float = 0.0
     # Over the last heartbeat window; None when the engine finished no request in it.
@@ -160,58 +109,35 @@ class EngineLoad(Message):
     # None where the engine publishes no KV-cache events.
     prefix_filter: str | None = None
 
-    def validate(self) -> None:
-        if not 0.0 <= self.kv_cache_usage <= 1.0:
-            raise WireError("engine.kv_cache_usage", "must be between 0 and 1")
-        if self.num_requests_running < 0 or self.num_requests_waiting < 0:
-            raise WireError("engine", "request counts must not be negative")
 
-
-@dataclass(slots=True)
 class Registration(Message):
     """A worker announcing the model it serves and where."""
 
-    name: str
-    url: str
-    model: str
-    version: str
-    served_model_name: str
-    max_model_len: int
+    name: Name
+    url: Annotated[str, msgspec.Meta(pattern=r"^https?://")]
+    model: Name
+    version: Name
+    served_model_name: Name
+    max_model_len: Annotated[int, msgspec.Meta(ge=1)]
     tokenizer_sha256: str | None = None
-    resources: dict = field(default_factory=dict)
-    engine_args: dict = field(default_factory=dict)
-
-    def validate(self) -> None:
-        if not self.url.startswith(("http://", "https://")):
-            raise WireError("url", "must be an http(s) URL")
-        if self.max_model_len < 1:
-            raise WireError("max_model_len", "must be positive")
-        for name in ("name", "model", "version", "served_model_name"):
-            if not getattr(self, name):
-                raise WireError(name, "must not be empty")
+    resources: dict = {}
+    engine_args: dict = {}
 
 
-@dataclass(slots=True)
 class RegistrationAccepted(Message):
     node_id: int
     heartbeat_seconds: float
     tokenizer_wanted: bool = False
 
 
-@dataclass(slots=True)
 class Heartbeat(Message):
     """A worker's periodic report; `status` is how the worker sees itself."""
 
-    status: str
-    engine: EngineLoad = field(default_factory=EngineLoad)
-    resources: dict = field(default_factory=dict)
-
-    def validate(self) -> None:
-        if self.status not in NODE_STATUSES:
-            raise WireError("status", f"must be one of {', '.join(NODE_STATUSES)}")
+    status: NodeStatus
+    engine: EngineLoad = msgspec.field(default_factory=EngineLoad)
+    resources: dict = {}
 
 
-@dataclass(slots=True)
 class HeartbeatAccepted(Message):
     """The platform's answer to a heartbeat: what it stored, and the operator's drain."""
 
@@ -221,22 +147,16 @@ class HeartbeatAccepted(Message):
     drained: bool = False
 
 
-@dataclass(slots=True)
 class EngineSettings(Message):
     """What the platform's registry says a model version's engine starts with; None: vLLM's
     default (no parser, the tokenizer's chat template)."""
 
-    kind: str = "generate"
+    kind: ModelKind = "generate"
     tool_call_parser: str | None = None
     reasoning_parser: str | None = None
     chat_template: str | None = None
 
-    def validate(self) -> None:
-        if self.kind not in MODEL_KINDS:
-            raise WireError("kind", f"must be one of {', '.join(MODEL_KINDS)}")
 
-
-@dataclass(slots=True)
 class TokenizerUpload(Message):
     """A model's tokenizer files, sent once per distinct tokenizer."""
 

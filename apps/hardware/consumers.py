@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import orjson
 import redis.asyncio as aioredis
 from django.db import DatabaseError
 from redis.exceptions import RedisError
@@ -99,11 +98,7 @@ class NodeHeartbeatEndpoint:
         token = await node_token_authenticate_async(redis=self._redis, plaintext=credential)
         body = await read_body(receive, MAX_HEARTBEAT_BYTES)
         try:
-            heartbeat = Heartbeat.from_dict(orjson.loads(body))
-        except orjson.JSONDecodeError as exc:
-            raise InvalidRequestError(
-                f"The body is not valid JSON: {exc}", code=HardwareErrorCode.INVALID_PAYLOAD
-            ) from exc
+            heartbeat = Heartbeat.from_json(body)
         except WireError as exc:
             raise InvalidRequestError(
                 exc.message, param=exc.field, code=HardwareErrorCode.INVALID_PAYLOAD

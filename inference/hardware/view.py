@@ -8,16 +8,17 @@ cannot read on a given GPU are None, never guessed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import Literal
+
+import msgspec
 
 from inference.wire import Message, WireError
 
-NODE_KINDS = ("cpu", "gpu")
+NodeKind = Literal["cpu", "gpu"]
 # How an NVLink's far end is reported (nvmlDeviceGetNvLinkRemoteDeviceType).
-NVLINK_REMOTES = ("gpu", "switch", "cpu", "unknown")
+NvLinkRemote = Literal["gpu", "switch", "cpu", "unknown"]
 
 
-@dataclass(slots=True)
 class ProfileRef(Message):
     """The hardware profile a device matched, with the default price the worker knows of."""
 
@@ -27,7 +28,6 @@ class ProfileRef(Message):
     generic: bool = False
 
 
-@dataclass(slots=True)
 class PcieLink(Message):
     generation: int | None = None
     max_generation: int | None = None
@@ -35,20 +35,14 @@ class PcieLink(Message):
     max_width: int | None = None
 
 
-@dataclass(slots=True)
 class NvLink(Message):
     link: int
     active: bool
-    remote: str = "unknown"
+    remote: NvLinkRemote = "unknown"
     remote_pci_bus_id: str | None = None
     peer: int | None = None  # index of the GPU at the far end, when it is one of this node's
 
-    def validate(self) -> None:
-        if self.remote not in NVLINK_REMOTES:
-            raise WireError("nvlinks.remote", f"must be one of {', '.join(NVLINK_REMOTES)}")
 
-
-@dataclass(slots=True)
 class GpuInfo(Message):
     """One GPU as NVML sees it; utilisations are fractions 0..1, memory in MiB as NVML reports."""
 
@@ -73,8 +67,8 @@ class GpuInfo(Message):
     throttle_reasons: list[str] | None = None
     ecc_corrected_volatile: int | None = None
     ecc_uncorrected_volatile: int | None = None
-    pcie: PcieLink = field(default_factory=PcieLink)
-    nvlinks: list[NvLink] = field(default_factory=list)
+    pcie: PcieLink = msgspec.field(default_factory=PcieLink)
+    nvlinks: list[NvLink] = []
 
     @property
     def memory_used_fraction(self) -> float | None:
@@ -87,25 +81,22 @@ class GpuInfo(Message):
         return sum(link.active for link in self.nvlinks)
 
 
-@dataclass(slots=True)
 class NodeView(Message):
     """What a node has: host CPU and memory always, its GPUs and their topology when any."""
 
-    kind: str
+    kind: NodeKind
     cpu_count: int = 1
     memory_total_mb: int = 0
     memory_available_mb: int = 0
     driver_version: str | None = None
     # The CPU profile on a node without GPUs; GPU nodes carry one per GPU.
     profile: ProfileRef | None = None
-    gpus: list[GpuInfo] = field(default_factory=list)
+    gpus: list[GpuInfo] = []
     # Between GPU i and j, as `nvidia-smi topo -m` writes it: "X" on the diagonal, "NV<n>" for n
     # NVLinks, else the closest common PCIe ancestor: "PIX", "PXB", "PHB", "NODE", "SYS".
-    topology: list[list[str]] = field(default_factory=list)
+    topology: list[list[str]] = []
 
-    def validate(self) -> None:
-        if self.kind not in NODE_KINDS:
-            raise WireError("kind", f"must be one of {', '.join(NODE_KINDS)}")
+    def __post_init__(self) -> None:
         if self.topology and len(self.topology) != len(self.gpus):
             raise WireError("topology", "must have one row per GPU")
 

@@ -98,7 +98,7 @@ def test_bad_payload_is_400_naming_the_field(client):
     )
     assert response.status_code == 400
     assert response.json()["error"] == {
-        "message": "must be an integer",
+        "message": "Expected `int`, got `str`",
         "type": "invalid_request_error",
         "param": "max_model_len",
         "code": "invalid_payload",

@@ -4,6 +4,8 @@ import dataclasses
 import itertools
 import time
 
+import msgspec
+
 from apps.hardware.nodestate import NodeSnapshot
 from apps.models.catalog import ModelEntry, VersionEntry
 from apps.routing.breaker import BreakerBoard
@@ -15,14 +17,14 @@ from inference.wire import EngineLoad
 _ids = itertools.count(1)
 
 
-_ENGINE_FIELDS = frozenset(f.name for f in dataclasses.fields(EngineLoad))
+_ENGINE_FIELDS = frozenset(EngineLoad.__struct_fields__)
 
 
 def with_engine(snapshot: NodeSnapshot, **changes) -> NodeSnapshot:
     """The snapshot with `changes`, its engine load's fields among them."""
     engine = {name: changes.pop(name) for name in list(changes) if name in _ENGINE_FIELDS}
     if engine:
-        changes["engine"] = dataclasses.replace(snapshot.engine, **engine)
+        changes["engine"] = msgspec.structs.replace(snapshot.engine, **engine)
     return dataclasses.replace(snapshot, **changes)
 
 
