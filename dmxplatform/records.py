@@ -58,9 +58,9 @@ def _field_names(cls: type) -> frozenset[str]:
 
 def from_fields(cls: type[T], data: dict[str, Any]) -> T:
     """The dataclass (or msgspec Struct) of these values, ignoring keys it has no field for: in
-    a rolling update newer processes write fields older ones do not know yet, and an older gateway that refused
-    such a node snapshot would route to no node at all. A missing required field still raises
-    TypeError."""
+    a rolling update newer processes write fields older ones do not know yet, and an older
+    gateway that refused such a node snapshot would route to no node at all. A missing required
+    field still raises TypeError."""
     try:
         return cls(**data)
     except TypeError:

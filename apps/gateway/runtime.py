@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
-from channels.db import database_sync_to_async
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from redis.exceptions import RedisError
@@ -34,7 +33,7 @@ from apps.gateway import intent, tracing
 from apps.gateway.content_filter import ContentFilter
 from apps.gateway.errors import GatewayErrorCode
 from apps.gateway.selectors import content_filter_load
-from apps.gateway.services import CONTENT_FILTER_VERSION_KEY
+from apps.gateway.services import CONTENT_FILTER_VERSION
 from apps.gateway.upstream_http import HttpPool
 from apps.keys.errors import KeysErrorCode
 from apps.keys.gate import KeyGate
@@ -44,9 +43,10 @@ from dmxplatform.background import cancel_all
 from dmxplatform.clients import trusted_networks
 from dmxplatform.errors import RateLimitError, ServiceUnavailableError
 from dmxplatform.memory import release_memory
-from dmxplatform.redis_client import async_redis, request_resp_client, resp_client, rkey
+from dmxplatform.redis_client import async_redis, request_resp_client, resp_client
 from dmxplatform.resp import RedisUnavailable, RespError
 from dmxplatform.spool import Spool, replay
+from dmxplatform.versioned import reloaded
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -75,8 +75,7 @@ class GatewayRuntime:
         self.spool = Spool(Path(settings.DMX_SPOOL_DIR))
         self.gate = KeyGate(self.fast_redis, self.request_redis, spool=self.spool)
         self.dispatcher = Dispatcher(self.request_redis)
-        self.content_filter = ContentFilter(())
-        self.content_filter_version = -1
+        self.content_filter = ContentFilter((), version=-1)
         self.trusted_proxies = trusted_networks(tuple(settings.DMX_TRUSTED_PROXIES))
         self.http: HttpPool | None = None
         # One thread for large prompts' CPU work: they wait for each other, not for the loop.
@@ -169,12 +168,11 @@ class GatewayRuntime:
         """Reload routing's state (nodes, breakers, catalog, routing table) and rebuild the
         content filter when its version moved (off the event loop: it reads the database)."""
         await self.dispatcher.refresh(self.redis)
-        filter_version = int(await self.redis.get(rkey(*CONTENT_FILTER_VERSION_KEY)) or 0)
-        if filter_version != self.content_filter_version:
-            self.content_filter = await database_sync_to_async(content_filter_load)(
-                version=filter_version
-            )
-            self.content_filter_version = filter_version
+        self.content_filter = await reloaded(
+            self.content_filter,
+            await self.redis.get(CONTENT_FILTER_VERSION.key),
+            lambda version: content_filter_load(version=version),
+        )
 
     async def off_loop(self, work: Callable[[], T], *, owner: int) -> T:
         """Run a large request's CPU work in the worker thread, then give the memory it

@@ -17,15 +17,15 @@ from apps.gateway.content_filter import DEFAULT_CATEGORY
 from apps.gateway.models import SensitiveTerm
 from apps.gateway.terms_csv import RowError, TermRow, read_terms
 from dmxplatform.audit.entries import audit_created, audited_update
-from dmxplatform.redis_client import rkey, sync_redis
+from dmxplatform.versioned import VersionCounter
 
-# Gateways compare this counter with the version of the filter they hold, and reload on a change.
-CONTENT_FILTER_VERSION_KEY = ("content_filter", "version")
+# Gateways rebuild their content filter when this moves (GatewayRuntime.refresh).
+CONTENT_FILTER_VERSION = VersionCounter("content_filter")
 
 
 def content_filter_invalidate() -> None:
     """Tell every gateway to rebuild its content filter once the current transaction commits."""
-    transaction.on_commit(lambda: sync_redis().incr(rkey(*CONTENT_FILTER_VERSION_KEY)))
+    CONTENT_FILTER_VERSION.bump_on_commit()
 
 
 def sensitive_term_create(

@@ -19,15 +19,16 @@ from apps.models.errors import ModelsErrorCode
 from apps.models.models import LlmModel, ModelVersion, Tokenizer
 from dmxplatform.audit.entries import audited_update
 from dmxplatform.errors import InvalidRequestError, NotFoundError
-from dmxplatform.redis_client import rkey, sync_redis
+from dmxplatform.versioned import VersionCounter
 from inference.wire import TokenizerUpload, tokenizer_digest
 
-CATALOG_VERSION_KEY = ("catalog", "version")
+# Gateways rebuild their catalog when this moves (dispatcher.refresh).
+CATALOG_VERSION = VersionCounter("catalog")
 
 
 def catalog_invalidate() -> None:
     """Tell every gateway to rebuild its catalog once the current transaction commits."""
-    transaction.on_commit(lambda: sync_redis().incr(rkey(*CATALOG_VERSION_KEY)))
+    CATALOG_VERSION.bump_on_commit()
 
 
 def llm_model_create(

@@ -29,7 +29,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from channels.db import database_sync_to_async
 from django.conf import settings
 from redis.asyncio import Redis
 
@@ -38,7 +37,7 @@ from apps.keys.gate import MODEL_CHARS
 from apps.models.catalog import Catalog, ModelEntry
 from apps.models.errors import ModelsErrorCode
 from apps.models.selectors import catalog_load
-from apps.models.services import CATALOG_VERSION_KEY
+from apps.models.services import CATALOG_VERSION
 from apps.routing.breaker import (
     BreakerBoard,
     BreakerState,
@@ -52,7 +51,7 @@ from apps.routing.fleet import FleetView, Ticket
 from apps.routing.queueing import AdmissionQueues, QueueFull
 from apps.routing.router import Decision, Router, RouteRequest
 from apps.routing.selectors import routing_table_load
-from apps.routing.services import ROUTING_TABLE_VERSION_KEY
+from apps.routing.services import ROUTING_TABLE_VERSION
 from apps.routing.stats import GatewayStats
 from apps.routing.table import RoutingTable
 from dmxplatform import metrics
@@ -64,9 +63,9 @@ from dmxplatform.errors import (
     UpstreamUnavailableError,
 )
 from dmxplatform.records import storable_text
-from dmxplatform.redis_client import rkey
 from dmxplatform.resp import ClusterRespClient, RespClient, RespError
 from dmxplatform.stages import Stage, StageClock
+from dmxplatform.versioned import reloaded
 
 __all__ = ["Dispatch", "Dispatcher", "NodeFailed", "NodeSnapshot", "Resolution", "RouteRequest"]
 
@@ -136,8 +135,8 @@ class Dispatcher:
         event loop: they read the database)."""
         pipe = redis.pipeline(transaction=False)
         pipe.hgetall(fleet_key())
-        pipe.get(rkey(*CATALOG_VERSION_KEY))
-        pipe.get(rkey(*ROUTING_TABLE_VERSION_KEY))
+        pipe.get(CATALOG_VERSION.key)
+        pipe.get(ROUTING_TABLE_VERSION.key)
         # Two servers (or one, by default) that need not wait for each other.
         (nodes, catalog_version, table_version), _ = await asyncio.gather(
             pipe.execute(), self.breakers.refresh()
@@ -145,14 +144,16 @@ class Dispatcher:
         self.fleet_read_at = time.monotonic()
         self.fleet.replace(nodes)
         self.queues.wake_all()  # fresh state may have room for whoever waits
-        table_version = int(table_version or 0)
-        if table_version != self.table.version:
-            self.table = await database_sync_to_async(routing_table_load)(version=table_version)
-        catalog_version = int(catalog_version or 0)
-        if catalog_version != self.catalog.version:
-            self.catalog = await database_sync_to_async(catalog_load)(
-                version=catalog_version, previous=self.catalog
-            )
+        self.table = await reloaded(
+            self.table, table_version, lambda version: routing_table_load(version=version)
+        )
+        previous = self.catalog
+        self.catalog = await reloaded(
+            previous,
+            catalog_version,
+            lambda version: catalog_load(version=version, previous=previous),
+        )
+        if self.catalog is not previous:
             for model in self.catalog.models:  # a queue of 0 from the start, not no series
                 metrics.gateway_queue_depth.labels(model)
 

@@ -35,9 +35,11 @@ from apps.routing.selectors import (
 )
 from dmxplatform import streams
 from dmxplatform.audit.entries import audit_changed, audited_update
-from dmxplatform.redis_client import request_redis, rkey, sync_redis
+from dmxplatform.redis_client import request_redis
+from dmxplatform.versioned import VersionCounter
 
-ROUTING_TABLE_VERSION_KEY = ("routing", "version")
+# Gateways reload their routing table when this moves (dispatcher.refresh).
+ROUTING_TABLE_VERSION = VersionCounter("routing")
 # A rule's new weight moves halfway from the old to what the figures say: one bad night cannot
 # swing the table, a lasting difference still shows within days.
 WEIGHT_SMOOTHING = 0.5
@@ -48,7 +50,7 @@ WEIGHT_WINDOW = timedelta(hours=24)
 
 def routing_table_invalidate() -> None:
     """Tell every gateway to reload the routing table once the transaction commits."""
-    transaction.on_commit(lambda: sync_redis().incr(rkey(*ROUTING_TABLE_VERSION_KEY)))
+    ROUTING_TABLE_VERSION.bump_on_commit()
 
 
 def routing_rule_save(*, rule: RoutingRule) -> RoutingRule:

@@ -12,8 +12,8 @@ from apps.keys.choices import TokenScope
 from apps.keys.keycache import KeyRecord, record_key
 from apps.keys.models import Plan, PlanQuota
 from apps.routing.models import RoutingRule
-from apps.routing.services import ROUTING_TABLE_VERSION_KEY
-from dmxplatform.redis_client import rkey, sync_redis
+from apps.routing.services import ROUTING_TABLE_VERSION
+from dmxplatform.redis_client import sync_redis
 from inference.wire import Registration
 from tests.api.conftest import API, as_caller, error_of
 from tests.hardware.factories import make_node_token
@@ -186,7 +186,7 @@ def test_nodes_drain_and_undrain(operator, node, django_capture_on_commit_callba
 
 def test_routing_rules_through_the_routing_table(operator, django_capture_on_commit_callbacks):
     make_model("api-rule-model")
-    version_key = rkey(*ROUTING_TABLE_VERSION_KEY)
+    version_key = ROUTING_TABLE_VERSION.key
     before = int(sync_redis().get(version_key) or 0)
     with django_capture_on_commit_callbacks(execute=True):
         created = operator.client.post(

@@ -9,20 +9,20 @@ from apps.gateway.content_filter import FilterAction
 from apps.gateway.models import SensitiveTerm
 from apps.gateway.selectors import content_filter_load
 from apps.gateway.services import (
-    CONTENT_FILTER_VERSION_KEY,
+    CONTENT_FILTER_VERSION,
     sensitive_term_bulk_set_active,
     sensitive_term_create,
     sensitive_term_delete,
     sensitive_term_import,
     sensitive_term_update,
 )
-from dmxplatform.redis_client import rkey, sync_redis
+from dmxplatform.redis_client import sync_redis
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("private_redis")]
 
 
 def version() -> int:
-    return int(sync_redis().get(rkey(*CONTENT_FILTER_VERSION_KEY)) or 0)
+    return int(sync_redis().get(CONTENT_FILTER_VERSION.key) or 0)
 
 
 def test_actions_are_the_engines_actions():

@@ -11,12 +11,12 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 
 from apps.gateway.models import SensitiveTerm
 from apps.gateway.services import (
-    CONTENT_FILTER_VERSION_KEY,
+    CONTENT_FILTER_VERSION,
     sensitive_term_create,
     sensitive_terms_import_csv,
 )
 from apps.gateway.terms_csv import MAX_CSV_BYTES, TermRow, read_terms, write_terms
-from dmxplatform.redis_client import rkey, sync_redis
+from dmxplatform.redis_client import sync_redis
 from tests.keys.factories import make_staff
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("private_redis")]
@@ -43,7 +43,7 @@ def test_a_good_file_is_imported_with_each_rows_category_and_action(
     operator, django_capture_on_commit_callbacks
 ):
     sensitive_term_create(term="Already")
-    version = int(sync_redis().get(rkey(*CONTENT_FILTER_VERSION_KEY)) or 0)
+    version = int(sync_redis().get(CONTENT_FILTER_VERSION.key) or 0)
     content = (
         "term,category,action\nphishing kit,abuse,block\n身份证号, pii ,MASK\nalready,x,flag\n"
     )
@@ -56,7 +56,7 @@ def test_a_good_file_is_imported_with_each_rows_category_and_action(
         ("phishing kit", "abuse", "block"),
         ("身份证号", "pii", "mask"),
     }
-    assert int(sync_redis().get(rkey(*CONTENT_FILTER_VERSION_KEY))) == version + 1
+    assert int(sync_redis().get(CONTENT_FILTER_VERSION.key)) == version + 1
 
 
 def test_bad_rows_are_reported_by_line_and_the_good_ones_imported(operator):
