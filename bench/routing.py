@@ -65,7 +65,6 @@ def decision_benchmark() -> dict[str, float]:
     # Work this gateway has on the nodes, and the prefix index it built from it.
     for node in nodes:
         for _ in range(rng.randint(0, 8)):
-            router.fleet.inflight[node.id] += 1
             router.fleet.begin(
                 node.id,
                 prompt_tokens=rng.randint(100, 30_000),

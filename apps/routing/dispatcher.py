@@ -276,7 +276,6 @@ class Dispatch:
                 break
             tried.append(node.id)
             gauge = _INFLIGHT(node.name)
-            dispatcher.fleet.inflight[node.id] += 1
             # Its work counts on the node until it ends: the router predicts from it.
             ticket = self._ticket = dispatcher.fleet.begin(
                 node.id,
@@ -311,7 +310,6 @@ class Dispatch:
             finally:
                 if prefill_due is not None:
                     prefill_due.cancel()
-                dispatcher.fleet.inflight[node.id] -= 1
                 dispatcher.fleet.end(ticket)
                 self._ticket = None
                 gauge.dec()

@@ -42,7 +42,7 @@ from django.conf import settings
 from apps.hardware.nodestate import NodeSnapshot
 from apps.models.catalog import ModelEntry
 from apps.routing.breaker import CLOSED, BreakerBoard, BreakerState
-from apps.routing.fleet import FleetView
+from apps.routing.fleet import FleetSnapshot, FleetView
 from apps.routing.stats import GatewayStats
 from inference.hardware.profiles import profile_named, serving_rates
 from inference.prefix_cache import GROUP_TOKENS, chain_hashes
@@ -326,7 +326,7 @@ def _not_saturated(ctx: _Context, node: NodeSnapshot) -> bool:
     # The engine's own queue, plus what this gateway has sent beyond the engine's batch: those
     # requests wait in its queue before the next heartbeat can say so. A node whose batch size is
     # unknown has every request in flight counted as queued, the cautious reading.
-    inflight = ctx.fleet.inflight.get(node.id, 0)
+    inflight = ctx.fleet.in_flight(node.id)
     queued = node.engine.num_requests_waiting + max(inflight - node.max_num_seqs, 0)
     return queued < ctx.limits.saturation_queue
 
@@ -405,34 +405,34 @@ def node_rates(fleet: FleetView, node: NodeSnapshot) -> NodeRates:
     the profile's step rate. Not generated tokens over running requests: a heartbeat just after
     four requests started reads four tokens in its window and took that node for a slow
     decoder (a routing e2e once sent a long prompt behind two unprefilled ones for it)."""
-    key = ("rates", node.id)
-    rates = fleet.derived.get(key)
-    if rates is None:
-        engine = node.engine
-        profile_prefill, profile_decode = profile_rates(node.profile, node.gpu_count)
-        prefill = engine.prefill_tokens_per_second
-        if prefill <= 0:
-            prefill = profile_prefill * _prefill_scale(fleet, node.model)
-        decode = engine.decode_tokens_per_second
-        if decode <= 0:
-            decode = profile_decode
-        rates = fleet.derived[key] = NodeRates(prefill=prefill, decode=decode)
-    return rates
+    return fleet.snapshot.derive(("rates", node.id), lambda: _node_rates(fleet, node))
+
+
+def _node_rates(fleet: FleetView, node: NodeSnapshot) -> NodeRates:
+    engine = node.engine
+    profile_prefill, profile_decode = profile_rates(node.profile, node.gpu_count)
+    prefill = engine.prefill_tokens_per_second
+    if prefill <= 0:
+        prefill = profile_prefill * _prefill_scale(fleet, node.model)
+    decode = engine.decode_tokens_per_second
+    if decode <= 0:
+        decode = profile_decode
+    return NodeRates(prefill=prefill, decode=decode)
 
 
 def _prefill_scale(fleet: FleetView, model: str) -> float:
     """The mean ratio of measured to profile-predicted prefill rate over the model's nodes that
     measured one (1.0 when none has)."""
-    key = ("prefill_scale", model)
-    scale = fleet.derived.get(key)
-    if scale is None:
+
+    def scale() -> float:
         ratios = [
             node.engine.prefill_tokens_per_second / profile_rates(node.profile, node.gpu_count)[0]
             for node in fleet.nodes(model)
             if node.engine.prefill_tokens_per_second > 0
         ]
-        scale = fleet.derived[key] = sum(ratios) / len(ratios) if ratios else 1.0
-    return scale
+        return sum(ratios) / len(ratios) if ratios else 1.0
+
+    return fleet.snapshot.derive(("prefill_scale", model), scale)
 
 
 def predicted_ttft(
@@ -446,16 +446,11 @@ def predicted_ttft(
         (work.requests, work.prefilling, work.prefill_tokens) if work else (0, 0, 0)
     )
     # The engine's requests that are not ours (ours it counts too, once its heartbeat is newer
-    # than them): the waiting ones whole, the running ones at a share; and requests counted in
-    # flight here without recorded work.
+    # than them): the waiting ones whole, the running ones at a share.
     engine = node.engine
     others = max(engine.num_requests_running + engine.num_requests_waiting - tracked, 0)
     others_waiting = min(others, max(engine.num_requests_waiting - prefilling, 0))
-    unknown = (
-        others_waiting
-        + (others - others_waiting) * UNKNOWN_RUNNING_SHARE
-        + max(fleet.inflight.get(node.id, 0) - tracked, 0)
-    )
+    unknown = others_waiting + (others - others_waiting) * UNKNOWN_RUNNING_SHARE
     own = request.prompt_tokens
     if matched is None:
         matched = fleet.cached_blocks(node.id, request.prefix_blocks)
@@ -528,7 +523,8 @@ class Router:
             (name, fn, weights[name]) for name, fn in REQUEST_SCORERS if weights.get(name)
         )
         self._request_weights = {name for name, _, _ in self._request_scorers}
-        self._standing: dict[str, tuple[int, list[_Standing]]] = {}
+        # Per model, the standing of its nodes in the fleet snapshot it was computed on.
+        self._standing: dict[str, tuple[FleetSnapshot, list[_Standing]]] = {}
 
     def decide(self, request: RouteRequest, *, exclude: Collection[int] = ()) -> Decision:
         started = time.perf_counter()
@@ -543,7 +539,8 @@ class Router:
     def standing(self, model: ModelEntry) -> list[_Standing]:
         """The model's nodes with their standing verdicts and scores, as of the last refresh."""
         cached = self._standing.get(model.name)
-        if cached is not None and cached[0] == self.fleet.generation:
+        snapshot = self.fleet.snapshot
+        if cached is not None and cached[0] is snapshot:
             return cached[1]
         nodes = self.fleet.nodes(model.name)
         ctx = _Context(
@@ -566,7 +563,7 @@ class Router:
             scores = {name: fn(ctx, node) for name, fn, _ in self._standing_scorers}
             total = sum(weight * scores[name] for name, _, weight in self._standing_scorers)
             standing.append(_Standing(node=node, rejected_by=reason, scores=scores, total=total))
-        self._standing[model.name] = (self.fleet.generation, standing)
+        self._standing[model.name] = (snapshot, standing)
         return standing
 
     def _decide(

@@ -9,12 +9,23 @@ import msgspec
 from apps.hardware.nodestate import NodeSnapshot
 from apps.models.catalog import ModelEntry, VersionEntry
 from apps.routing.breaker import BreakerBoard
-from apps.routing.fleet import FleetView
+from apps.routing.fleet import FleetView, Ticket
 from apps.routing.router import Router, RouteRequest
 from apps.routing.stats import GatewayStats
 from inference.wire import EngineLoad
 
 _ids = itertools.count(1)
+
+
+def occupy(
+    fleet: FleetView, node: NodeSnapshot, count: int, *, prompt_tokens: int = 1_000
+) -> list[Ticket]:
+    """`count` requests this process sent `node` and has not finished, recorded as the
+    dispatcher records them (FleetView.begin)."""
+    return [
+        fleet.begin(node.id, prompt_tokens=prompt_tokens, completion_tokens=100)
+        for _ in range(count)
+    ]
 
 
 _ENGINE_FIELDS = frozenset(EngineLoad.__struct_fields__)

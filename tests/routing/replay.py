@@ -283,7 +283,6 @@ def replay(
             return True
         if node is None:
             return False
-        fleet.inflight[node.id] += 1
         tickets[job.index] = fleet.begin(
             node.id, prompt_tokens=job.prompt, completion_tokens=job.completion, blocks=job.blocks
         )
@@ -313,7 +312,6 @@ def replay(
             node, job, decoded = payload
             node.active -= 1
             node.kv_used -= job.prompt + job.completion
-            fleet.inflight[node.id] -= 1
             fleet.end(tickets.pop(job.index))
             window = window_decode[node.id]
             window[0] += job.completion

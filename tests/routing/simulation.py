@@ -140,7 +140,9 @@ def simulate(policy: str, *, requests: int = 4000, load: float = 0.7, seed: int 
     tokens = 0
 
     def start(node: SimNode, now: float, job) -> None:
-        arrived, prompt, completion = job
+        arrived, prompt, completion, ticket = job
+        # Its prompt is the engine's as soon as it runs; the model has no first-token event.
+        fleet.prefilled(ticket)
         node.active += 1
         duration = node.service_seconds(prompt, completion)
         heapq.heappush(
@@ -170,8 +172,9 @@ def simulate(policy: str, *, requests: int = 4000, load: float = 0.7, seed: int 
                 )
             else:
                 node = next(round_robin)
-            fleet.inflight[node.id] += 1
-            job = (now, prompt, completion)
+            # Recorded as the dispatcher records a request it sent (FleetView.begin/end).
+            ticket = fleet.begin(node.id, prompt_tokens=prompt, completion_tokens=completion)
+            job = (now, prompt, completion, ticket)
             if node.active < node.hardware.slots:
                 start(node, now, job)
             else:
@@ -180,8 +183,8 @@ def simulate(policy: str, *, requests: int = 4000, load: float = 0.7, seed: int 
             node_id, arrived, job, duration = payload
             node = by_id[node_id]
             node.active -= 1
-            fleet.inflight[node_id] -= 1
-            _, prompt, completion = job
+            _, prompt, completion, ticket = job
+            fleet.end(ticket)
             latency = now - arrived
             latencies.append(latency)
             node.latencies.append(latency)

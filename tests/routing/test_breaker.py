@@ -7,7 +7,7 @@ from apps.routing.dispatcher import Dispatcher
 from apps.routing.services import breaker_reset
 from dmxplatform.redis_client import sync_redis
 from tests.keys.factories import run_with_redis
-from tests.routing.factories import make_fleet, make_model_entry, make_snapshot
+from tests.routing.factories import make_fleet, make_model_entry, make_snapshot, occupy
 
 # Their Redis keys are their own (tests/conftest.py).
 pytestmark = pytest.mark.usefixtures("private_redis")
@@ -112,7 +112,7 @@ def slow_outcomes(
     async def scenario(redis):
         dispatcher = Dispatcher(redis)
         dispatcher.fleet.replace({str(n.id).encode(): n.encode() for n in nodes})
-        dispatcher.fleet.inflight[node.id] = 1 + others_inflight  # ours and the others
+        occupy(dispatcher.fleet, node, 1 + others_inflight)  # ours and the others
         model = make_model_entry(sla_ttft_p95_ms=sla_ms)
         for _ in range(3):
             await dispatcher.observe(
@@ -179,6 +179,7 @@ def test_a_heartbeat_from_before_a_request_was_sent_does_not_count_it():
     before = make_snapshot(num_requests_running=1, heartbeat_at=sent - 1)
     after = make_snapshot(num_requests_running=1, heartbeat_at=sent + 1)
     fleet = make_fleet(before, after)
-    fleet.inflight[before.id] = fleet.inflight[after.id] = 1  # ours
+    occupy(fleet, before, 1)  # ours
+    occupy(fleet, after, 1)
     assert fleet.others_on(before, since=sent) == 1
     assert fleet.others_on(after, since=sent) == 0

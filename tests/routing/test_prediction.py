@@ -5,7 +5,7 @@ import pytest
 from apps.routing.breaker import slow_limit_ms
 from apps.routing.router import PREFIX_BLOCK_TOKENS, node_rates, predicted_ttft, profile_rates
 from inference.prefix_cache import PrefixFilter, chain_hashes
-from tests.routing.factories import make_router, make_snapshot, route_request
+from tests.routing.factories import make_router, make_snapshot, occupy, route_request
 
 LONG = 131_072  # a context that fits every prompt here
 
@@ -21,7 +21,6 @@ def test_the_node_with_less_queued_work_wins_not_the_one_with_fewer_requests():
     router = make_router(few, many)
     for node, prompts in ((few, [60_000]), (many, [200, 200, 200])):
         for tokens in prompts:
-            router.fleet.inflight[node.id] += 1
             router.fleet.begin(node.id, prompt_tokens=tokens, completion_tokens=100)
     assert chosen(router, route_request(prompt_tokens=30_000)) == "many"
 
@@ -59,7 +58,7 @@ def test_a_prompt_goes_where_its_prefix_was_sent_until_that_node_is_busy():
     request = route_request(prompt_tokens=8 * 512, prefix_blocks=(*shared, 99))
     assert router.fleet.cached_blocks(nodes[2].id, request.prefix_blocks) == 8
     assert chosen(router, request) == "n2"
-    router.fleet.inflight[nodes[2].id] += 10  # the load guard: affinity yields
+    occupy(router.fleet, nodes[2], 10)  # the load guard: affinity yields
     assert chosen(router, request) != "n2"
 
 
@@ -127,10 +126,8 @@ def test_a_node_whose_requests_just_started_is_not_taken_for_a_slow_decoder():
     )
     router = make_router(queued, started)
     for _ in range(2):
-        router.fleet.inflight[queued.id] += 1
         router.fleet.begin(queued.id, prompt_tokens=1_900, completion_tokens=1)
     for _ in range(4):
-        router.fleet.inflight[started.id] += 1
         ticket = router.fleet.begin(started.id, prompt_tokens=20, completion_tokens=1_900)
         router.fleet.prefilled(ticket)
     assert node_rates(router.fleet, started).decode == 60.0
@@ -181,6 +178,5 @@ def test_a_prompt_no_node_holds_goes_home_by_its_hash_unless_another_is_sooner()
     blocks = chain_hashes(list(range(PREFIX_BLOCK_TOKENS)))
     request = route_request(prompt_tokens=PREFIX_BLOCK_TOKENS, prefix_blocks=blocks)
     home = router.decide(request).node
-    router.fleet.inflight[home.id] += 1
     router.fleet.begin(home.id, prompt_tokens=20_000, completion_tokens=10)
     assert router.decide(request).node.name != home.name

@@ -9,7 +9,13 @@ import pytest
 from apps.models.catalog import VersionEntry
 from apps.routing.breaker import Breaker
 from apps.routing.router import cost_per_1k_tokens, mix64, split_bucket, version_pools
-from tests.routing.factories import make_model_entry, make_router, make_snapshot, route_request
+from tests.routing.factories import (
+    make_model_entry,
+    make_router,
+    make_snapshot,
+    occupy,
+    route_request,
+)
 
 
 def chosen(router, request=None, **kwargs):
@@ -94,7 +100,7 @@ def test_excluded_nodes_are_not_retried():
 def test_requests_within_the_engines_batch_do_not_saturate_it(max_num_seqs, inflight, saturated):
     node = make_snapshot(name="node", max_num_seqs=max_num_seqs)
     router = make_router(node)
-    router.fleet.inflight[node.id] = inflight
+    occupy(router.fleet, node, inflight)
     decision = router.decide(route_request())
     assert decision.saturated is saturated
     assert verdicts(decision) == {"node": "saturated" if saturated else None}
@@ -131,7 +137,7 @@ def test_this_gateways_inflight_requests_count_before_the_next_heartbeat():
     a, b = make_snapshot(name="a"), make_snapshot(name="b")
     router = make_router(a, b)
     first = chosen(router)
-    router.fleet.inflight[a.id if first == "a" else b.id] += 3
+    occupy(router.fleet, a if first == "a" else b, 3)
     assert chosen(router) != first
 
 
@@ -203,7 +209,7 @@ def test_prefix_affinity_keeps_a_prefix_on_one_node_until_it_is_busy():
     assert len(others) > 1  # different prefixes spread out
     (favourite,) = picks
     node = next(n for n in nodes if n.name == favourite)
-    router.fleet.inflight[node.id] += 10  # overloaded: affinity yields
+    occupy(router.fleet, node, 10)  # overloaded: affinity yields
     assert chosen(router, route_request(affinity=12345)) != favourite
 
 
