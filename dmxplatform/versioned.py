@@ -21,7 +21,8 @@ from dmxplatform.redis_client import rkey, sync_redis
 
 
 class Versioned(Protocol):
-    version: int
+    @property
+    def version(self) -> int: ...
 
 
 V = TypeVar("V", bound=Versioned)

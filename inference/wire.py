@@ -54,6 +54,7 @@ def _joined(*parts: str) -> str:
 def _wire_error(error: msgspec.ValidationError, path: str) -> WireError:
     """msgspec's error as the protocol's: the field's path and what is wrong with it."""
     found = _AT.fullmatch(str(error))
+    assert found is not None  # the pattern matches any text
     message, at = found["message"], found["path"] or ""
     cause = error.__cause__
     if isinstance(cause, WireError):  # a cross-field check in a message's __post_init__

@@ -55,6 +55,10 @@ export DMX_TEST_LOG_DIR=$PWD/.run/test-logs${DMX_TEST_DATABASE_URL:+-$run_id}
 export HF_HUB_OFFLINE=1
 export PYTHONDONTWRITEBYTECODE=1
 
+# The request path's types ([tool.mypy] in pyproject.toml), checked before any test as the
+# import rules are: about ten seconds, a few with its cache.
+.venv/bin/mypy
+
 # The deploy tests render the Kubernetes manifests with kustomize (kubectl's own, Debian's
 # kubernetes-client where the machine has none).
 if ! command -v kubectl >/dev/null && ! command -v kustomize >/dev/null; then

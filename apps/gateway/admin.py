@@ -6,6 +6,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
+from apps.gateway.choices import SensitiveTermAction
 from apps.gateway.models import SensitiveTerm
 from apps.gateway.services import (
     sensitive_term_bulk_delete,
@@ -112,7 +113,10 @@ class SensitiveTermAdmin(OperatorActions, admin.ModelAdmin):
             sensitive_term_update(sensitive_term=obj)
             return
         created = sensitive_term_create(
-            term=obj.term, category=obj.category, action=obj.action, is_active=obj.is_active
+            term=obj.term,
+            category=obj.category,
+            action=SensitiveTermAction(obj.action),
+            is_active=obj.is_active,
         )
         obj.pk, obj.term = created.pk, created.term
 

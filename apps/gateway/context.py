@@ -41,11 +41,10 @@ def count_prompt(model: ModelEntry, request: CompletionRequest) -> PromptCount:
                 code=GatewayErrorCode.INVALID_VALUE,
             ) from exc
         return PromptCount(len(ids), ids)
-    prompt = request.prompt
-    ids = counter.prompt_ids(prompt)
-    if ids is not None:
-        return PromptCount(len(ids), ids)
-    counts = counter.count_prompts(prompt)
+    prompt_ids = counter.prompt_ids(request.prompt)
+    if prompt_ids is not None:
+        return PromptCount(len(prompt_ids), prompt_ids)
+    counts = counter.count_prompts(request.prompt)
     return PromptCount(max(counts), total=sum(counts), prompts=len(counts))
 
 

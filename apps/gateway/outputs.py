@@ -79,7 +79,7 @@ def _text_of(choice: dict[str, Any], endpoint: Endpoint) -> str | None:
 
 def _set_text(choice: dict[str, Any], endpoint: Endpoint, text: str) -> None:
     if endpoint is Endpoint.CHAT:
-        holder = choice.get("delta") if "delta" in choice else choice.setdefault("message", {})
+        holder = choice["delta"] if "delta" in choice else choice.setdefault("message", {})
         holder["content"] = text
     else:
         choice["text"] = text
@@ -195,7 +195,7 @@ class StreamEditor:
         item when the next kind starts, and text released after a call would open a second
         message, arguments a second call."""
         index = choice.get("index", 0)
-        holder = choice.get("delta") if "delta" in choice else choice
+        holder: dict[str, Any] = choice.get("delta", choice)
         reasoning = holder.get("reasoning") if self._endpoint is Endpoint.CHAT else None
         if reasoning:
             self.first_content = True

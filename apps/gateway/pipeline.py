@@ -36,8 +36,8 @@ from apps.gateway.request_ids import accept_client_request_id
 from apps.gateway.runtime import GatewayRuntime, get_runtime
 from apps.gateway.schemas import Endpoint, parse_json
 from apps.gateway.settlement import usage_record
-from apps.gateway.state import CompletionState
-from apps.keys.gate import UsageStatus
+from apps.gateway.state import CompletionState, reached
+from apps.keys.gate import KeyRecord, UsageStatus
 from apps.models.catalog import ModelEntry
 from apps.models.choices import ModelKind
 from apps.routing.dispatcher import Resolution
@@ -72,11 +72,11 @@ async def complete(state: CompletionState) -> None:
         )
         runtime = await get_runtime()
         body = await read_body(state.receive, MAX_BODY_BYTES)
-        await authenticate(state, runtime, body)
-        state.lease = runtime.gate.lease(
-            state.key, request_id=state.request_id, usage=functools.partial(usage_record, state)
+        key = await authenticate(state, runtime, body)
+        lease = state.lease = runtime.gate.lease(
+            key, request_id=state.request_id, usage=functools.partial(usage_record, state)
         )
-        async with state.lease:
+        async with lease:
             await prepare_off_loop(state, runtime, body)
             await admit(state)
             await forward(state, runtime)
@@ -110,14 +110,18 @@ def _unanswered(state: CompletionState) -> None:
     _UNANSWERED.inc()
 
 
-async def authenticate(state: CompletionState, runtime: GatewayRuntime, body: bytes) -> None:
-    state.key, state.nonce = await runtime.gate.authenticate(
+async def authenticate(
+    state: CompletionState, runtime: GatewayRuntime, body: bytes
+) -> KeyRecord:
+    key, state.nonce = await runtime.gate.authenticate(
         state.scope,
         body,
         address=client_address(state.scope, runtime.trusted_proxies),
         acting_for=state.key,
     )
+    state.key = key
     state.clock.mark(Stage.AUTH)
+    return key
 
 
 async def prepare_off_loop(state: CompletionState, runtime: GatewayRuntime, body: bytes) -> None:
@@ -128,7 +132,8 @@ async def prepare_off_loop(state: CompletionState, runtime: GatewayRuntime, body
     try:
         async with asyncio.timeout(state.time_left()):
             await runtime.off_loop(
-                functools.partial(prepare, state, runtime, body), owner=state.key.id
+                functools.partial(prepare, state, runtime, body),
+                owner=reached(state.key, "auth").id,
             )
     except TimeoutError:
         raise state.timed_out() from None
@@ -163,7 +168,7 @@ def _resolve(state: CompletionState, runtime: GatewayRuntime, request) -> Resolu
         runtime.dispatcher.resolve,
         request.model,
         request_id=state.request_id,
-        allows=state.key.allows,
+        allows=reached(state.key, "auth").allows,
     )
     if request.endpoint is Endpoint.EMBEDDINGS:
         return resolve(intent="")
@@ -198,12 +203,12 @@ def _check_kind(model: ModelEntry, endpoint: Endpoint) -> None:
 
 async def admit(state: CompletionState) -> None:
     """Reserve the prompt and the completion it may take against the key's limits."""
-    request, count = state.request, state.prompt_count
+    request, count = reached(state.request, "parse"), state.prompt_count
     if count is None or count.tokens is None:
         count = estimate_prompt(request, CHARS_PER_TOKEN)
-    admission = await state.lease.admit(
-        model=state.model.name,
-        reserve=reservation(request, count, state.context_limit),
+    admission = await reached(state.lease, "limits").admit(
+        model=reached(state.model, "resolve").name,
+        reserve=reservation(request, count, reached(state.context_limit, "resolve")),
         nonce=state.nonce,
     )
     state.reply.headers += admission.headers()

@@ -28,7 +28,7 @@ def intent_text(request: CompletionRequest) -> str:
 
 def _texts(request: CompletionRequest) -> list[tuple[dict[str, Any] | list, Any, str]]:
     """Every (container, slot, text) of the prompt, so masked text can be written back."""
-    found = []
+    found: list[tuple[Any, str | int, str]] = []
     if request.endpoint is Endpoint.CHAT:
         for message in request.payload["messages"]:
             content = message.get("content")

@@ -18,7 +18,7 @@ from apps.gateway.prompts import affinity_key
 from apps.gateway.reply import ClientLeft
 from apps.gateway.runtime import GatewayRuntime
 from apps.gateway.schemas import Endpoint
-from apps.gateway.state import CompletionState
+from apps.gateway.state import CompletionState, reached
 from apps.gateway.upstream import sender, stream_error, stream_failed, upstream_error
 from apps.gateway.upstream_http import UpstreamConnectionError, UpstreamResponse
 from apps.keys.gate import UsageStatus
@@ -31,17 +31,18 @@ async def forward(state: CompletionState, runtime: GatewayRuntime) -> None:
     """Send the request to the node routing picks (another one if it fails before answering),
     relay its answer, and tell routing how it went there. A stream's client is watched from the
     start: one that leaves while its request waits for a node or its first token stops it."""
-    request, key = state.request, state.key
+    request, key = reached(state.request, "parse"), reached(state.key, "auth")
+    prompt_ids = state.prompt_count.ids if state.prompt_count is not None else None
     state.dispatch = runtime.dispatcher.dispatch(
         RouteRequest(
             request_id=state.request_id,
-            model=state.model,
+            model=reached(state.model, "resolve"),
             prompt_tokens=state.estimated_tokens or 0,
             completion_tokens=request.max_tokens or 0,
             priority=key.priority,
             affinity=affinity_key(request),
             preferred_profiles=state.preferred,
-            prompt_ids=state.prompt_count.ids or (),
+            prompt_ids=prompt_ids or (),
             prompt_param=request.param,
             streamed=request.stream,
         ),
@@ -49,7 +50,7 @@ async def forward(state: CompletionState, runtime: GatewayRuntime) -> None:
         asked=request.model,
     )
     send = sender(
-        runtime.http,
+        reached(runtime.http, "start"),
         request,
         priority=key.priority,
         time_left=state.time_left,
@@ -65,12 +66,12 @@ async def forward(state: CompletionState, runtime: GatewayRuntime) -> None:
 
 async def _exchange(state: CompletionState, runtime: GatewayRuntime, send) -> None:
     """Answer from the node routing holds; its exit tells routing how the node did."""
-    async with state.dispatch.connect(send) as sent:
+    async with reached(state.dispatch, "route").connect(send) as sent:
         with sent.answer as response:
             if response.status != 200:  # a 4xx: the request's fault, not the node's
                 raise upstream_error(response.status, await response.read())
             try:
-                if state.request.stream:
+                if reached(state.request, "parse").stream:
                     await _relay(state, runtime, response)
                 else:
                     await _respond(state, runtime, response)
@@ -91,7 +92,7 @@ async def _respond(
     except TimeoutError:
         raise state.timed_out() from None
     state.first_token_at = state.clock.mark(Stage.GENERATE)
-    request = state.request
+    request = reached(state.request, "parse")
     if request.endpoint is Endpoint.EMBEDDINGS:
         answer, state.usage = embeddings_answer(data, model=request.model)
     else:
@@ -103,7 +104,7 @@ async def _respond(
         if filtered.blocked:
             state.outcome = UsageStatus.CONTENT_FILTERED
         answer = state.dialect.answer(filtered.response, _answer(state), filtered.stop_sequence)
-    await state.lease.submit()
+    await reached(state.lease, "limits").submit()
     await state.reply.json(200, orjson.dumps(answer))
 
 
@@ -131,11 +132,15 @@ async def _while_the_client_waits(
 
 
 def _identity(state: CompletionState) -> dict[str, str]:
-    return identity(model=state.request.model, version_tag=state.node.version_tag)
+    return identity(
+        model=reached(state.request, "parse").model,
+        version_tag=reached(state.node, "connect").version_tag,
+    )
 
 
 def _answer(state: CompletionState) -> Answer:
-    return Answer(request_id=state.request_id, request=state.request, identity=_identity(state))
+    request = reached(state.request, "parse")
+    return Answer(request_id=state.request_id, request=request, identity=_identity(state))
 
 
 async def _wait_disconnect(receive) -> None:
@@ -146,14 +151,15 @@ async def _wait_disconnect(receive) -> None:
 async def _relay(
     state: CompletionState, runtime: GatewayRuntime, response: UpstreamResponse
 ) -> None:
+    request, lease = reached(state.request, "parse"), reached(state.lease, "limits")
     editor = state.editor = StreamEditor(
         runtime.content_filter,
-        endpoint=state.request.endpoint,
-        include_usage=state.request.include_usage,
+        endpoint=request.endpoint,
+        include_usage=request.include_usage,
         identity=_identity(state),
     )
     writer = state.writer = state.dialect.writer(_answer(state), editor)
-    reply, dispatch = state.reply, state.dispatch
+    reply, dispatch = state.reply, reached(state.dispatch, "route")
     splitter = sse.EventSplitter()
     # vLLM's first event (the role chunk) waits for the next one: should the engine refuse
     # the request instead, the client then gets the refusal's own status, as unstreamed.
@@ -167,7 +173,7 @@ async def _relay(
                 continue
             if data == sse.DONE:
                 state.clock.mark(Stage.DECODE)
-                await state.lease.submit()
+                await lease.submit()
                 held.append(writer.end(cut=False))
                 continue
             if data.startswith(b'{"error"'):
@@ -189,10 +195,10 @@ async def _relay(
             if editor.blocked is not None:
                 await _end_blocked(state, held)
                 return
-        if held and (reply.started or events > 1 or state.lease.submitted):
+        if held and (reply.started or events > 1 or lease.submitted):
             await reply.body(b"".join(held), more=True)
             held = []
-    if not state.lease.submitted:
+    if not lease.submitted:
         # The node closed the stream without [DONE]: it failed mid-generation.
         raise stream_failed(
             UpstreamError(
@@ -210,13 +216,13 @@ def _refusal(state: CompletionState, error: ApplicationError) -> bytes:
         raise error
     state.outcome = UsageStatus.REJECTED
     state.error_code = str(error.code)
-    return state.writer.error(error)
+    return reached(state.writer, "answer").error(error)
 
 
 async def _end_blocked(state: CompletionState, out: list[bytes]) -> None:
     """The output hit a blocked term: finish the stream here, bill what was generated."""
     state.outcome = UsageStatus.CONTENT_FILTERED
     state.clock.mark(Stage.DECODE)
-    await state.lease.submit()
-    out.append(state.writer.end(cut=True))
+    await reached(state.lease, "limits").submit()
+    out.append(reached(state.writer, "answer").end(cut=True))
     await state.reply.body(b"".join(out), more=False)

@@ -92,7 +92,7 @@ class CompletionRequest:
 
 
 def invalid(
-    message: str, param: str | None, code: GatewayErrorCode = GatewayErrorCode.INVALID_VALUE
+    message: str, param: str | None, code: str = GatewayErrorCode.INVALID_VALUE
 ) -> InvalidRequestError:
     """A 400 naming the parameter at fault."""
     return InvalidRequestError(message, param=param, code=code)

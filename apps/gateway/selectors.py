@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from apps.gateway.content_filter import ContentFilter, Term
+from apps.gateway.content_filter import ContentFilter, FilterAction, Term
 from apps.gateway.models import SensitiveTerm
 
 
@@ -10,6 +10,9 @@ def content_filter_load(*, version: int = 0) -> ContentFilter:
     """Build the content filter from the active terms; sync ORM, so call it off the event loop."""
     rows = SensitiveTerm.objects.filter(is_active=True).values_list("term", "category", "action")
     return ContentFilter(
-        (Term(text, category, action) for text, category, action in rows.iterator()),
+        (
+            Term(text, category, FilterAction(action))
+            for text, category, action in rows.iterator()
+        ),
         version=version,
     )

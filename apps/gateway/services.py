@@ -100,10 +100,10 @@ def sensitive_term_import(
         .filter(lowered__in=list(wanted))
         .values_list("lowered", flat=True)
     )
-    new = [row for lowered, row in wanted.items() if lowered not in existing]
+    new = [term for lowered, term in wanted.items() if lowered not in existing]
     if not validated:
-        for row in new:
-            sensitive_term_validate(term=row)
+        for term in new:
+            sensitive_term_validate(term=term)
     created = SensitiveTerm.objects.bulk_create(new)
     audit_created(created)  # bulk_create sends no signals
     if created:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 
-from apps.gateway.state import CompletionState
+from apps.gateway.state import CompletionState, reached
 from apps.keys.gate import MODEL_CHARS, Entry, PriorityTier, UsageEvent
 from dmxplatform import metrics
 from dmxplatform.records import storable_text
@@ -32,14 +32,14 @@ def usage_record(
     completion = int(usage.get("completion_tokens") or 0)
     event = usage_event(state, prompt, completion)
     if prompt or completion:
-        tier = _TIER_LABELS.get(state.key.priority, "standard")
+        tier = _TIER_LABELS.get(reached(state.key, "auth").priority, "standard")
         _TOKENS(event.model, "prompt", tier).inc(prompt)
         _TOKENS(event.model, "completion", tier).inc(completion)
     if state.dispatch is None:
         return event, ()
     decision = state.dispatch.decision_entry(
         request_id=state.request_id,
-        tenant_id=state.key.tenant_id,
+        tenant_id=event.tenant_id,
         created_at=state.received_at,
         intent=state.intent,
         intent_confidence=state.intent_confidence,
@@ -55,10 +55,11 @@ def usage_event(state: CompletionState, prompt: int, completion: int) -> UsageEv
     else:  # as the client asked: anything a JSON string holds
         model = storable_text(state.request.model, MODEL_CHARS) if state.request else ""
     editor_flags = state.editor.flags() if state.editor else ()
+    key = reached(state.key, "auth")
     return UsageEvent(
         request_id=state.request_id,
-        api_key_id=state.key.id,
-        tenant_id=state.key.tenant_id,
+        api_key_id=key.id,
+        tenant_id=key.tenant_id,
         created_at=state.received_at,
         endpoint=state.endpoint.value,
         model=model,

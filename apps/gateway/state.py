@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 
@@ -35,6 +35,17 @@ logger = logging.getLogger(__name__)
 
 def new_request_id() -> str:
     return "req_" + os.urandom(16).hex()
+
+
+T = TypeVar("T")
+
+
+def reached(value: T | None, stage: str) -> T:
+    """A stage's output, read by a later stage. The pipeline runs the stages in order, so a
+    None here is the platform's bug (answered as a 500 and logged), never the client's."""
+    if value is None:
+        raise RuntimeError(f"read before the {stage} stage produced it")
+    return value
 
 
 class CompletionState:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from urllib.parse import urlsplit
 
 import httptools
@@ -41,7 +41,8 @@ class _Connection(asyncio.Protocol):
     def __init__(self, pool: HttpPool, origin: tuple[str, int]) -> None:
         self.pool = pool
         self.origin = origin
-        self.transport: asyncio.Transport | None = None
+        # Set by connection_made, which asyncio calls before the connection is handed over.
+        self.transport: asyncio.Transport
         self.parser = httptools.HttpResponseParser(self)
         self.response: UpstreamResponse | None = None
         self.closed = False
@@ -168,7 +169,7 @@ class UpstreamResponse:
 
     # Read by the gateway.
 
-    async def chunks(self) -> AsyncIterator[bytes]:
+    async def chunks(self) -> AsyncGenerator[bytes, None]:
         """Body chunks as they arrive (what has arrived is handed over in one piece)."""
         while True:
             if self._chunks:
@@ -271,7 +272,7 @@ class HttpPool:
         seconds when given (a non-streamed request, answered whole), else within the read
         timeout. `headers`: the request's own header lines, each ending in CRLF."""
         parts = urlsplit(url)
-        origin = (parts.hostname, parts.port or 80)
+        origin = (parts.hostname or "", parts.port or 80)
         request = b"POST %s HTTP/1.1\r\n%s%sContent-Length: %d\r\n\r\n%s" % (
             parts.path.encode(),
             self._head(origin),

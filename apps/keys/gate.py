@@ -239,13 +239,14 @@ class Lease:
 
     async def submit(self) -> None:
         """Settle now, the request answered in full: return once the call is on its way."""
-        self._start(None)
+        call = self._start(None)
         with contextlib.suppress(Exception):  # a failed call is the exit's to keep
-            await asyncio.shield(self._call)
+            await asyncio.shield(call)
 
-    def _start(self, ended_by: BaseException | None) -> None:
+    def _start(self, ended_by: BaseException | None) -> asyncio.Future:
+        """The settle call, started now unless it was."""
         if self._call is not None:
-            return
+            return self._call
         usage, entries = self._usage(ended_by)
         admission = self._admission
         refund = self._reserved - usage.prompt_tokens - usage.completion_tokens
@@ -258,14 +259,15 @@ class Lease:
         self._call = asyncio.ensure_future(
             self._gate.limiter.submit_settle(admission, refund=refund, events=events)
         )
+        return self._call
 
     async def __aenter__(self) -> Lease:
         return self
 
     async def __aexit__(self, kind, ended_by, traceback) -> None:
-        self._start(ended_by)
+        call = self._start(ended_by)
         try:
-            await (await self._call)
+            await (await call)
         except BaseException as exc:
             # Maybe appended, maybe not: a replay of one that was is stored once.
             self._gate.keep(self._request_id, self._entries)

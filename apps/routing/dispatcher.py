@@ -300,10 +300,10 @@ class Dispatch:
                 try:
                     yield Sent(node, answer)
                 except NodeFailed:
-                    await self._report(failed=True)
+                    await self._report(node, failed=True)
                     raise
                 else:
-                    await self._report(failed=False)
+                    await self._report(node, failed=False)
                 finally:
                     dispatcher.queues.wake(node.model)
                 return
@@ -401,7 +401,7 @@ class Dispatch:
                 self._dispatcher.fleet.others_on(self.node, since=self.sent_at),
             )
 
-    async def _report(self, *, failed: bool) -> None:
+    async def _report(self, node: NodeSnapshot, *, failed: bool) -> None:
         """Tell the node's latency window and breaker how the request went there: a streamed
         request's first token, the whole request's time; a failure with neither."""
         started = self._clock.started
@@ -409,7 +409,7 @@ class Dispatch:
         if not failed and self.request.streamed and self.first_token_at is not None:
             ttft_ms = (self.first_token_at - started) * 1000
         await self._dispatcher.observe(
-            self.node,
+            node,
             failed=failed,
             ttft_ms=ttft_ms,
             latency_ms=0.0 if failed else (time.perf_counter() - started) * 1000,

@@ -183,7 +183,7 @@ def _text(content: Any, param: str) -> list[dict[str, Any]] | str:
             param,
             GatewayErrorCode.INVALID_TYPE,
         )
-    parts = []
+    parts: list[dict[str, Any]] = []
     for index, part in enumerate(content):
         where = f"{param}[{index}]"
         kind = part.get("type") if isinstance(part, dict) else None
@@ -572,6 +572,7 @@ class ResponseEvents:
     def _delta(self, kind: str, text: str, **fields: Any) -> bytes:
         self._text.append(text)
         item = self._open
+        assert item is not None  # a delta follows the item it belongs to (_open_item)
         where = {"item_id": item["id"], "output_index": len(self._items.output)}
         if kind != "response.function_call_arguments.delta":
             where["content_index"] = 0

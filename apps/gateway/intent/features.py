@@ -16,7 +16,7 @@ import unicodedata
 
 import numpy as np
 
-from apps.gateway.intent import _hashing
+import apps.gateway.intent._hashing as _hashing
 from apps.gateway.intent.reading import instruction
 
 # Fixed in _hashing.c, named here for the model and the artifact's self-description.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -81,6 +82,8 @@ class IntentModel:
         """Write the artifact; float16 weights halve its size and move no prediction we saw."""
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("wb") as out:
+            # Each feature setting as a 32-bit integer array of its own.
+            features: dict[str, Any] = {k: np.int32(v) for k, v in _feature_config().items()}
             np.savez_compressed(
                 out,
                 version=np.int32(ARTIFACT_VERSION),
@@ -92,7 +95,7 @@ class IntentModel:
                 epochs=np.int32(self.provenance.epochs),
                 examples=np.int32(self.provenance.examples),
                 data_sha256=np.array(self.provenance.data_sha256),
-                **{key: np.int32(value) for key, value in _feature_config().items()},
+                **features,
             )
 
     @classmethod

@@ -176,7 +176,8 @@ def last_user_turn(
 
 def refers_back(turn: str) -> bool:
     """Return whether a user turn only points at the task before it ("do the same for this")."""
-    ask = _ASK.match(turn.strip())[0]
+    found = _ASK.match(turn.strip())
+    ask = found[0] if found else ""
     return len(ask) <= REFERS_BACK_MAX_CHARS and bool(_REFERS_BACK.match(ask))
 
 
