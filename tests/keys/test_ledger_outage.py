@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import time
 
+from django.conf import settings
 from django.db import connection
 
 from apps.keys import ledger
 from apps.keys.models import UsageDaily, UsageRecord
 from dmxplatform.redis_client import sync_redis
+from tests.conftest import fleet_node
 from tests.http import call
 from tests.keys.factories import make_api_key
 from tests.models.factories import make_model
@@ -35,6 +37,7 @@ def test_requests_are_served_and_recorded_exactly_once_across_an_outage(platform
         assert call("POST", api_url + "/chat/completions", key=secret, json_body=BODY).status == 200
 
     platform.database.cut()
+    cut_at = time.time()
     try:
         ids = []
         for i in range(12):
@@ -43,8 +46,15 @@ def test_requests_are_served_and_recorded_exactly_once_across_an_outage(platform
             )
             assert reply.status == 200, reply.body
             ids.append(reply.headers["x-request-id"])
-        # Longer than a node's staleness window: heartbeats must keep nodes live without SQL.
-        time.sleep(4)
+        # Past a node's staleness window: heartbeats must keep nodes live without SQL.
+        wait_for(
+            lambda: (
+                (node := fleet_node(platform.workers["dmx-tiny"].node_name)) is not None
+                and node.heartbeat_at > cut_at + settings.DMX_NODE_STALE_SECONDS
+            ),
+            timeout=30,
+            what="a heartbeat past the staleness window",
+        )
         reply = call("POST", platform.api_url + "/chat/completions", key=secret, json_body=BODY)
         assert reply.status == 200, reply.body
         ids.append(reply.headers["x-request-id"])

@@ -11,6 +11,8 @@ import time
 import urllib.request
 from collections import Counter
 
+from django.conf import settings
+
 from apps.hardware.nodestate import NodeSnapshot
 from apps.keys.models import UsageRecord
 from apps.models.models import ModelVersion
@@ -227,8 +229,16 @@ def test_a_draining_node_gets_no_new_requests(platform, committed):
     os.kill(worker.process.pid, signal.SIGSTOP)
     try:
         # A heartbeat sent just before the stop may still be on its way; let it land first, or
-        # its "up" overwrites the "draining" below.
-        time.sleep(0.5)
+        # its "up" overwrites the "draining" below: none has landed for a whole interval.
+        wait_for(
+            lambda: (
+                time.time() - snapshot(worker.node_name).heartbeat_at
+                > settings.DMX_HEARTBEAT_SECONDS
+            ),
+            timeout=10,
+            interval=0.05,
+            what="the last heartbeat sent before the stop to land",
+        )
         heartbeat = {"status": "draining", "engine": {}}
         reply = call(
             "POST",
