@@ -2,13 +2,15 @@
 # Run the whole test suite against real PostgreSQL, Redis and vLLM worker processes, starting
 # the local servers when they are not running. Arguments go to pytest.
 #   --fast  first: only the tests that start no platform processes or engines (-m "not e2e";
-#           the marker follows from the fixtures a test uses, tests/conftest.py)
+#           the marker follows from the fixtures a test uses, tests/conftest.py), on every core
+#           (pytest-xdist, at most four workers: each has its own test database and Redis
+#           database, dmxplatform/settings/test.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 lane=()
 if [ "${1:-}" = "--fast" ]; then
   shift
-  lane=(-m "not e2e")
+  lane=(-m "not e2e" -n auto --maxprocesses 4)
 fi
 
 mkdir -p .run

@@ -36,7 +36,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def django_db_setup(django_test_environment, django_db_blocker) -> Iterator[None]:
+def django_db_setup(
+    django_test_environment, django_db_modify_db_settings, django_db_blocker
+) -> Iterator[None]:
     """Always create the test database: e2e tests use it without Django's db fixtures."""
     from django.test.utils import setup_databases, teardown_databases
 

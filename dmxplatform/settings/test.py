@@ -5,9 +5,20 @@ dmxplatform.settings, as production does (tests/stack.py). What every process of
 agree on (secrets, databases, Redis prefix, cadences) is environment, set by scripts/test.sh.
 """
 
+import os
+
 from django.contrib.auth.hashers import PBKDF2PasswordHasher
 
-from dmxplatform.settings import *  # noqa: F403
+# Under pytest-xdist (the fast lane runs on every core, scripts/test.sh --fast), each worker
+# flushes and fills a Redis database and a spool of its own: gw0 the suite's, gw1 the one
+# below it, and so on. pytest-django names each worker's test database apart itself.
+_worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+if _worker.startswith("gw") and _worker != "gw0":
+    _base, _, _db = os.environ["REDIS_URL"].rpartition("/")
+    os.environ["REDIS_URL"] = f"{_base}/{int(_db) - int(_worker[2:])}"
+    os.environ["DMX_SPOOL_DIR"] = f"{os.environ['DMX_SPOOL_DIR']}-{_worker}"
+
+from dmxplatform.settings import *  # noqa: E402, F403
 
 
 class FastPBKDF2PasswordHasher(PBKDF2PasswordHasher):
