@@ -40,8 +40,10 @@ TINY_MODEL_VLLM_ARGS = (
 # tokens: constrained decoding of random weights otherwise picks whitespace, which JSON allows
 # anywhere, until max_tokens runs out (seen: 60 tokens of tabs and newlines, no closing brace).
 TINY_STRUCTURED_OUTPUTS = '{"backend":"xgrammar","disable_any_whitespace":true}'
-# vLLM with the tiny model starts in 16-40 s on two shared cores; more means it is broken.
-WORKER_START_TIMEOUT = 180
+# vLLM with the tiny model starts in 16-40 s on two idle cores; the session's three engines
+# starting together with one core taken by another process took 2.5 min (2026-12-07). A bound
+# for a start that is broken, not slow: each wait returns as soon as its node registers.
+WORKER_START_TIMEOUT = 420
 # The processes run production's settings, not the suite's (dmxplatform/settings/test.py, which
 # pytest-django puts in the environment they inherit): they are what the e2e tests test.
 PLATFORM_SETTINGS = "dmxplatform.settings"
