@@ -7,7 +7,10 @@ quota on each: eight rules. Each request is admitted, then settled with a usage 
 typical size, as the gateway does; the time is Redis's own (INFO commandstats), so the figure
 is what one Redis core spends per request, whatever the client and the network add. It runs
 twice: every admission in Redis, then with admission leases (apps/keys/leases.py) as a busy key
-gets them, the grants and the final give-back counted as admission time.
+gets them, the grants and the final give-back counted as admission time. Then a third time with
+money on as well (bench/run.py --billing's key B): the same rules plus a tenant budget, a key
+budget and a prepaid balance, eleven rules, each request reserving its worst-case cost and
+settling its real one; such a rule set is never leased, so every admission goes to Redis.
 """
 
 from __future__ import annotations
@@ -29,6 +32,10 @@ os.environ.setdefault("DMX_KEY_PEPPER", "bench-pepper")
 os.environ.setdefault("DMX_REDIS_PREFIX", "dmxbench-limits")
 
 USAGE_EVENT = b"x" * 640  # a usage record as the gateway encodes it is about this size
+# Money per request in micro-units: the worst case held at admission and what settle gives back
+# of it (their size does not change Redis's work).
+MONEY = 100
+MONEY_REFUND = 20
 
 
 def main() -> None:
@@ -41,7 +48,8 @@ def main() -> None:
     import django
 
     django.setup()
-    from apps.keys.keycache import Limits, Quota
+    from apps.billing.counters import balance_key
+    from apps.keys.keycache import BudgetLimit, Limits, Quota
     from apps.keys.leases import LeaseBook
     from apps.keys.limiter import Limiter
     from apps.keys.ratelimit import rules_for
@@ -61,7 +69,16 @@ def main() -> None:
             Quota(scope="key", period="day", model="", tokens=UNREACHABLE),
         ),
     )
-    rules = rules_for(record, model=MODEL)
+    with_money = make_key_record(
+        tenant_limits=limits,
+        key_limits=limits,
+        quotas=record.quotas,
+        budgets=(
+            BudgetLimit(id=1, scope="tenant", period="month", micros=UNREACHABLE * 10**6),
+            BudgetLimit(id=2, scope="key", period="day", micros=UNREACHABLE * 10**6),
+        ),
+        prepaid=True,
+    )
     events = [(rkey("bench", "usage"), USAGE_EVENT)]
     redis = sync_redis()
 
@@ -69,17 +86,19 @@ def main() -> None:
         stats = redis.info("commandstats")
         return sum(stats.get(f"cmdstat_{name}", {}).get("usec", 0) for name in ("eval", "evalsha"))
 
-    async def run(leases: LeaseBook | None) -> tuple[int, int]:
+    async def run(rules, leases: LeaseBook | None, money: int) -> tuple[int, int]:
         # The gateway's own client and scripts; INFO is read between calls, outside their time.
         client = resp_client()
         limiter = Limiter(client, leases)
         admit_usec = settle_usec = 0
+        refund = MONEY_REFUND if money else 0
         try:
             for i in range(args.requests):
                 before = redis_usec()
-                admission = await limiter.admit(f"req_{i}", rules, tokens=300)
+                admission = await limiter.admit(f"req_{i}", rules, tokens=300, money=money)
+                assert admission.admitted, admission
                 middle = redis_usec()
-                await limiter.settle(admission, refund=20, events=events)
+                await limiter.settle(admission, refund=20, events=events, money=refund)
                 admit_usec += middle - before
                 settle_usec += redis_usec() - middle
             before = redis_usec()
@@ -89,15 +108,24 @@ def main() -> None:
             await client.close()
         return admit_usec, settle_usec
 
-    for name, leases in (
-        ("every admission in Redis", None),
-        ("leases of 16 requests", LeaseBook(requests=16, ttl=60.0)),
+    for name, key, leases, money in (
+        ("every admission in Redis", record, None, 0),
+        ("leases of 16 requests", record, LeaseBook(requests=16, ttl=60.0), 0),
+        (
+            "with money (2 budgets, a balance; leases on, never taken)",
+            with_money,
+            LeaseBook(requests=16, ttl=60.0),
+            MONEY,
+        ),
     ):
+        rules = rules_for(key, model=MODEL)
+        if key.prepaid:  # the balance as the gateway seeds it from the database
+            redis.set(balance_key(key.tenant_id), UNREACHABLE * 10**6)
         try:
-            admit_usec, settle_usec = asyncio.run(run(leases))
+            admit_usec, settle_usec = asyncio.run(run(rules, leases, money))
         finally:
-            for key in redis.scan_iter(rkey("*")):
-                redis.delete(key)
+            for stored in redis.scan_iter(rkey("*")):
+                redis.delete(stored)
         print(
             f"{len(rules)} rules, {args.requests} requests, {name}: Redis time per admit "
             f"{admit_usec / args.requests:.1f} µs, per settle {settle_usec / args.requests:.1f} µs"

@@ -9,6 +9,8 @@
                                              # of the targets (bench/setup_litellm.sh first)
     .venv/bin/python bench/run.py --no-vllm --otlp --results tracing-on
                                              # every request traced, to a sink (bench/otlp_sink.py)
+    .venv/bin/python bench/run.py --no-vllm --no-points --billing --results billing
+                                             # budgets and balances on against off, side by side
 
 One command starts everything on this machine: a fast fake upstream (bench/upstream.py), an
 inference worker attached to it (so the gateway sees a registered node with heartbeats), the
@@ -311,6 +313,140 @@ def _row_text(row: dict) -> str:
         if "litellm" in row
         else ""
     )
+
+
+def billing_points(
+    args, keys: dict[str, str], gateway_pid: int, upstream_url: str, gateway_url: str, ledger
+) -> list[dict]:
+    """Budgets and balances on against off, in one gateway: key A (postpaid, no budget: no
+    money rule) and key B (the same limits, in a prepaid tenant with a balance, a hard monthly
+    tenant budget and a hard daily key budget, never reached: three money rules, so no
+    admission lease) in alternate windows at C=1, A B B A A B..., so that the machine's drift
+    falls on both alike; the upstream alone once first, for scale."""
+    rows = []
+    for stream in (False, True):
+        common = dict(
+            stream=stream,
+            concurrency=1,
+            tokens=args.tokens,
+            warmup=args.warmup,
+            duration=args.duration,
+        )
+        row = {
+            "stream": stream,
+            "direct": measure(upstream_url + "/v1/chat/completions", None, **common),
+            "A": [],
+            "B": [],
+        }
+        for window in range(args.billing_rounds):
+            for side in ("A", "B") if window % 2 == 0 else ("B", "A"):
+                with ledger:
+                    stages = stage_seconds(gateway_url)
+                    result = measure(
+                        gateway_url + "/v1/chat/completions",
+                        keys[side],
+                        cpu_pids=[gateway_pid],
+                        **common,
+                    )
+                    result["stage_ms"] = stage_ms(stages, stage_seconds(gateway_url))
+                row[side].append(result)
+                print(
+                    f"billing {'stream' if stream else 'json  '} window {window} key {side}: "
+                    f"{result['rps']:6.0f} rps p50 {result['p50_ms']:6.2f} "
+                    f"p99 {result['p99_ms']:6.2f} cpu {result['cpu_ms_per_request']:.3f} ms/req "
+                    f"limits {result['stage_ms'].get('limits', 0):.3f} ms "
+                    f"statuses {result['statuses']}",
+                    flush=True,
+                )
+        row["summary"] = _billing_summary(row)
+        rows.append(row)
+    return rows
+
+
+def stage_seconds(gateway_url: str) -> dict[str, tuple[float, float]]:
+    """The gateway's dmx_gateway_stage_seconds, per stage (sum, count), from its /metrics."""
+    with urllib.request.urlopen(gateway_url + "/metrics", timeout=30) as response:
+        text = response.read().decode()
+    totals: dict[str, list[float]] = {}
+    for line in text.splitlines():
+        for suffix, index in (("_sum{", 0), ("_count{", 1)):
+            if line.startswith("dmx_gateway_stage_seconds" + suffix):
+                stage = line.split('stage="', 1)[1].split('"', 1)[0]
+                totals.setdefault(stage, [0.0, 0.0])[index] += float(line.rsplit(" ", 1)[1])
+    return {stage: (total, count) for stage, (total, count) in totals.items()}
+
+
+def stage_ms(before: dict, after: dict) -> dict[str, float]:
+    """Each stage's mean in milliseconds between two stage_seconds() readings."""
+    means = {}
+    for stage, (total, count) in after.items():
+        old_total, old_count = before.get(stage, (0.0, 0.0))
+        if count > old_count:
+            means[stage] = (total - old_total) * 1000 / (count - old_count)
+    return means
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def _billing_summary(row: dict) -> dict:
+    """Medians over the windows, and of the differences and ratios of each A window and the B
+    window measured next to it (the pairs share the machine's state of the moment)."""
+    pairs = list(zip(row["A"], row["B"], strict=True))
+    summary = {"windows": len(pairs)}
+    figures = {
+        "p50_ms": lambda r: r["p50_ms"],
+        "p99_ms": lambda r: r["p99_ms"],
+        "cpu_ms_per_request": lambda r: r["cpu_ms_per_request"],
+        "rps": lambda r: r["rps"],
+        "limits_ms": lambda r: r["stage_ms"].get("limits", 0.0),
+        "settle_ms": lambda r: r["stage_ms"].get("settle", 0.0),
+    }
+    for name, value in figures.items():
+        differences = [value(b) - value(a) for a, b in pairs]
+        summary[name] = {
+            "A": _median([value(a) for a, _ in pairs]),
+            "B": _median([value(b) for _, b in pairs]),
+            "B-A": _median(differences),
+            "B/A": _median([value(b) / value(a) if value(a) else 0.0 for a, b in pairs]),
+            "B-A range": [min(differences), max(differences)],
+        }
+    return summary
+
+
+def billing_markdown(rows: list[dict], meta: dict) -> str:
+    leases = "admission leases" if meta["leases"] else "admission leases off for both keys"
+    lines = [
+        "Budgets and balances, on against off, side by side in one gateway at C=1: key A "
+        f"postpaid with no budget (no money rule; {leases}), key B in a prepaid tenant with a "
+        "balance, a hard monthly tenant budget and a hard daily key budget, none ever reached "
+        "(three money rules in the same admission and settle scripts, never leased); "
+        f"{meta['billing_rounds']} windows of each, alternating A B B A..., {meta['duration']} s "
+        f"each after {meta['warmup']} s of warm-up. Medians over the windows; B-A and B/A are "
+        "medians over adjacent pairs (range of B-A in brackets). `limits` is the gateway's own "
+        "mean time in the admission stage (dmx_gateway_stage_seconds, warm-up included).",
+        "",
+        "| mode | upstream p50 ms | A p50 ms | B p50 ms | added p50 B-A ms | p50 B/A "
+        "| A CPU ms/req | B CPU ms/req | added CPU B-A ms | CPU B/A | A limits ms | B limits ms "
+        "| A rps | B rps |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        s = row["summary"]
+        p50, cpu, limits = s["p50_ms"], s["cpu_ms_per_request"], s["limits_ms"]
+        lines.append(
+            f"| {'stream' if row['stream'] else 'non-stream'} | {row['direct']['p50_ms']:.2f} "
+            f"| {p50['A']:.2f} | {p50['B']:.2f} "
+            f"| {p50['B-A']:+.2f} [{p50['B-A range'][0]:+.2f}, {p50['B-A range'][1]:+.2f}] "
+            f"| {p50['B/A']:.2f} | {cpu['A']:.3f} | {cpu['B']:.3f} "
+            f"| {cpu['B-A']:+.3f} [{cpu['B-A range'][0]:+.3f}, {cpu['B-A range'][1]:+.3f}] "
+            f"| {cpu['B/A']:.2f} | {limits['A']:.3f} | {limits['B']:.3f} "
+            f"| {s['rps']['A']:.0f} | {s['rps']['B']:.0f} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def _pacing(meta: dict) -> str:
@@ -696,6 +832,19 @@ def main() -> None:
     )
     parser.add_argument("--no-points", action="store_true", help="skip the latency points")
     parser.add_argument(
+        "--billing",
+        action="store_true",
+        help="budgets and balances on against off: two keys in alternate windows at C=1",
+    )
+    parser.add_argument(
+        "--billing-rounds", type=int, default=12, help="windows of each key with --billing"
+    )
+    parser.add_argument(
+        "--no-leases",
+        action="store_true",
+        help="no admission leases (DMX_ADMISSION_LEASE_REQUESTS=0): every admission in Redis",
+    )
+    parser.add_argument(
         "--otlp",
         action="store_true",
         help="trace every request (DMX_OTLP_ENDPOINT) to a collector that keeps nothing",
@@ -713,6 +862,8 @@ def main() -> None:
 
     gateway_core, other_core = _cores()
     env = _env(args.redis_db)
+    if args.no_leases:
+        env["DMX_ADMISSION_LEASE_REQUESTS"] = "0"
     credentials = setup(env)
     procs = Processes(env)
     try:
@@ -745,6 +896,18 @@ def main() -> None:
                 litellm,
             )
         )
+        billing = (
+            billing_points(
+                args,
+                {"A": credentials["key"], "B": credentials["billing_key"]},
+                gateway.pid,
+                upstream_url,
+                gateway_url,
+                ledger,
+            )
+            if args.billing
+            else None
+        )
         profiled = (
             profile(args, credentials["key"], gateway.pid, gateway_url) if args.profile else ""
         )
@@ -772,14 +935,29 @@ def main() -> None:
         "ledger": "live" if args.ledger_live else "paused",
         "litellm": litellm_proxy.version() if args.litellm else None,
         "tracing": "on, every request" if args.otlp else "off",
+        "billing_rounds": args.billing_rounds if args.billing else 0,
+        "leases": env.get("DMX_ADMISSION_LEASE_REQUESTS", "") != "0",
     }
-    table = markdown(rows, vllm, soak_result, meta) + ("\n" + profiled if profiled else "")
+    table = (
+        markdown(rows, vllm, soak_result, meta)
+        + ("\n" + billing_markdown(billing, meta) if billing else "")
+        + ("\n" + profiled if profiled else "")
+    )
     print(table)
     if not args.quick:
         RESULTS.mkdir(parents=True, exist_ok=True)
         (RESULTS / f"{args.results}.md").write_text(table)
         (RESULTS / f"{args.results}.json").write_text(
-            json.dumps({"meta": meta, "points": rows, "vllm": vllm, "soak": soak_result}, indent=1)
+            json.dumps(
+                {
+                    "meta": meta,
+                    "points": rows,
+                    "vllm": vllm,
+                    "soak": soak_result,
+                    "billing": billing,
+                },
+                indent=1,
+            )
         )
 
 

@@ -1,5 +1,8 @@
-"""Prepare the benchmark's platform: a keyed tenant with every limit on, the models, a node
-token and 10,000 sensitive terms. Prints the key and the node token as JSON.
+"""Prepare the benchmark's platform: a keyed tenant with every limit on, the models (priced), a
+node token and 10,000 sensitive terms; and a second tenant with the same limits whose money is
+checked on every request too (`bench/run.py --billing`): prepaid with a balance, a hard monthly
+budget for the tenant and a hard daily one for its key, none of them ever reached. Prints the
+two keys and the node token as JSON.
 
 Run by bench/run.py with the benchmark's own database and Redis (see its environment).
 """
@@ -11,6 +14,7 @@ import os
 import random
 import string
 import sys
+from decimal import Decimal
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -24,6 +28,9 @@ TERMS = 10_000
 # Limits so high that the benchmark never reaches them: they are checked on every request,
 # which is the cost being measured, but never refuse one.
 UNREACHABLE = 10**9
+# Money the same way: a balance and budgets that a benchmark's requests (a few hundred
+# micro-units each at the bench models' prices) never exhaust.
+UNREACHABLE_MONEY = Decimal(10**6)
 
 
 def bench_terms(count: int) -> list[str]:
@@ -42,6 +49,8 @@ def main() -> None:
     import django
 
     django.setup()
+    from apps.billing.choices import BillingMode
+    from apps.billing.services import account_of, account_update, budget_set, price_set, top_up
     from apps.gateway.models import SensitiveTerm
     from apps.gateway.services import sensitive_term_import
     from apps.hardware.services import node_token_create
@@ -55,7 +64,12 @@ def main() -> None:
     for name, context in ((MODEL, 2048), (LONG_MODEL, LONG_CONTEXT)):
         if not LlmModel.objects.filter(name=name).exists():
             model = llm_model_create(name=name, max_context_tokens=context)
-            model_version_create(model=model, tag="v1")
+            version = model_version_create(model=model, tag="v1")
+            price_set(
+                model_version_id=version.id,
+                input_per_million=Decimal("0.15"),
+                output_per_million=Decimal("0.60"),
+            )
     plan, _ = Plan.objects.get_or_create(
         name="bench",
         defaults={
@@ -67,24 +81,38 @@ def main() -> None:
     PlanQuota.objects.get_or_create(
         plan=plan, period="month", model="", defaults={"tokens": UNREACHABLE}
     )
-    tenant = Tenant.objects.filter(slug="bench").first() or tenant_create(
-        name="Bench", slug="bench"
-    )
-    tenant.plan = plan
-    tenant.save()
-    _, key = api_key_create(
-        tenant=tenant,
-        name="bench",
-        requests_per_minute=UNREACHABLE,
-        tokens_per_minute=UNREACHABLE,
-        max_concurrent_requests=UNREACHABLE,
-        token_quota=UNREACHABLE,
-        token_quota_period="day",
+
+    def bench_key(slug: str, name: str):
+        tenant = Tenant.objects.filter(slug=slug).first() or tenant_create(name=name, slug=slug)
+        tenant.plan = plan
+        tenant.save()
+        return api_key_create(
+            tenant=tenant,
+            name="bench",
+            requests_per_minute=UNREACHABLE,
+            tokens_per_minute=UNREACHABLE,
+            max_concurrent_requests=UNREACHABLE,
+            token_quota=UNREACHABLE,
+            token_quota_period="day",
+        )
+
+    _, key = bench_key("bench", "Bench")  # postpaid, no budget: no money rule
+    billing_key, billing_secret = bench_key("bench-billing", "Bench billing")
+    tenant_id = billing_key.tenant_id
+    account_update(account=account_of(tenant_id), mode=BillingMode.PREPAID)
+    top_up(tenant_id=tenant_id, amount=UNREACHABLE_MONEY, actor="bench", key="bench")  # once
+    budget_set(tenant_id=tenant_id, period="month", amount=UNREACHABLE_MONEY, hard=True)
+    budget_set(
+        tenant_id=tenant_id,
+        api_key_id=billing_key.id,
+        period="day",
+        amount=UNREACHABLE_MONEY,
+        hard=True,
     )
     _, token = node_token_create(name="bench")
     if SensitiveTerm.objects.count() < TERMS:
         sensitive_term_import(terms=bench_terms(TERMS), category="bench", action="block")
-    print(json.dumps({"key": key, "token": token}))
+    print(json.dumps({"key": key, "token": token, "billing_key": billing_secret}))
 
 
 if __name__ == "__main__":

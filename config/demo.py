@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import secrets
 from dataclasses import dataclass
+from decimal import Decimal
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
 
+from apps.billing.services import price_set
 from apps.hardware.models import NodeToken
 from apps.hardware.services import node_token_create
 from apps.keys.models import ApiKey, Tenant
@@ -18,6 +20,8 @@ from apps.models.services import llm_model_create, model_version_create
 
 DEMO_TENANT = "demo"
 DEMO_OPERATOR = "admin"
+# The demo model's prices per million tokens: input, cached input, output.
+DEMO_PRICES = (Decimal("0.15"), Decimal("0.075"), Decimal("0.60"))
 
 
 @dataclass(frozen=True)
@@ -49,7 +53,14 @@ def demo_setup(
         name=model_name, max_context_tokens=max_context_tokens
     )
     if not ModelVersion.objects.filter(model=model, tag=version).exists():
-        model_version_create(model=model, tag=version, source=source)
+        created = model_version_create(model=model, tag=version, source=source)
+        price_set(
+            model_version_id=created.id,
+            input_per_million=DEMO_PRICES[0],
+            cached_input_per_million=DEMO_PRICES[1],
+            output_per_million=DEMO_PRICES[2],
+            actor=DEMO_OPERATOR,
+        )
 
     api_key = None
     if not ApiKey.objects.filter(tenant=tenant, name="demo", revoked_at__isnull=True).exists():

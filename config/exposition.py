@@ -3,8 +3,8 @@
 The gateway runs several processes (DMX_GATEWAY_WORKERS); each writes its counters and
 histograms to files in PROMETHEUS_MULTIPROC_DIR (set by config.serve), and a scrape of any
 process reads them all (prometheus_client's multiprocess mode). The fleet, stream, quota and
-model-target figures are read from Redis and the database at scrape time instead, the same
-from every process. Without the directory (a
+model-target figures, and what billing's Celery tasks found, are read from Redis and the
+database at scrape time instead, the same from every process. Without the directory (a
 management command, the test client) the process's own registry is served.
 
 Access: a scrape must come from DMX_METRICS_ALLOWED_NETWORKS (loopback by default) or carry
@@ -23,6 +23,7 @@ from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
 from prometheus_client.registry import REGISTRY
 
+from apps.billing.metrics import BillingCollector
 from apps.keys.metrics import QuotaCollector
 from apps.models.metrics import ModelTargetCollector
 from apps.routing.metrics import FleetCollector
@@ -34,6 +35,7 @@ _SCRAPE_TIME_COLLECTORS = (
     FleetCollector(),
     QuotaCollector(),
     ModelTargetCollector(),
+    BillingCollector(),
 )
 for _collector in _SCRAPE_TIME_COLLECTORS:
     REGISTRY.register(_collector)

@@ -10,6 +10,7 @@ import logging
 from typing import Any
 
 import orjson
+from redis.exceptions import RedisClusterException, RedisError
 from rest_framework import exceptions as drf_exceptions
 from rest_framework.response import Response
 
@@ -180,6 +181,16 @@ def drf_exception_handler(exc: Exception, context: dict[str, Any]) -> Response |
     exc = _from_django(exc)
     if isinstance(exc, ApplicationError):
         return Response(exc.to_dict(), status=exc.status, headers=exc.headers)
+    if isinstance(exc, (RedisError, RedisClusterException)):
+        # Live figures (quota and budget counters) come from Redis: away, the answer is a
+        # retryable 503, as the gateway's is, not a server error.
+        logger.warning("Redis unavailable in %s: %s", context.get("view"), exc)
+        error = ServiceUnavailableError(
+            "Live usage figures are unavailable right now. Please retry shortly.",
+            code="store_unavailable",
+            headers={"Retry-After": "2"},
+        )
+        return Response(error.to_dict(), status=error.status, headers=error.headers)
     if isinstance(exc, drf_exceptions.APIException):
         message, param = _flatten_detail(exc.detail)
         # Another client error (406, 415) is still the client's, not a server_error.

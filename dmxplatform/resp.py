@@ -38,6 +38,10 @@ log = logging.getLogger(__name__)
 _CRLF = b"\r\n"
 
 
+# Error replies of a server that is up but cannot serve commands now.
+_NOT_SERVING = ("LOADING ", "MASTERDOWN ", "BUSY ")
+
+
 class RespError(Exception):
     """An error reply from Redis (the command ran and failed)."""
 
@@ -105,7 +109,13 @@ class _Protocol(asyncio.Protocol):
             waiter, _ = self.waiters.popleft()
             if not waiter.done():
                 if isinstance(reply, RespError):
-                    waiter.set_exception(reply)
+                    # A server that cannot serve yet (still loading its data after a restart,
+                    # a replica without its master, a script running too long) is unavailable,
+                    # as one that does not answer: the caller's 503, not a failed command.
+                    if str(reply).startswith(_NOT_SERVING):
+                        waiter.set_exception(RedisUnavailable(str(reply)))
+                    else:
+                        waiter.set_exception(reply)
                 else:
                     waiter.set_result(reply)
 

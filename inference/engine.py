@@ -101,6 +101,10 @@ class EngineConfig:
             # vLLM takes a request's X-Request-Id (the gateway's id) as its own request id
             # whatever this says; the flag also answers it back, for whoever is in between.
             "--enable-request-id-headers",
+            # Usage then carries prompt_tokens_details.cached_tokens: the prompt tokens read from
+            # the prefix cache, which clients see in their API's field and are billed at the
+            # cached price. vLLM counts them only on a stream's closing usage chunk.
+            "--enable-prompt-tokens-details",
             *optional,
             *self.extra_args,
         ]

@@ -39,6 +39,10 @@ export DMX_HEARTBEAT_SECONDS=0.5
 export DMX_NODE_STALE_SECONDS=5
 export DMX_NODE_STALE_CHECK_SECONDS=0.5
 export DMX_USAGE_FLUSH_SECONDS=0.5
+# Billing alerts every second, and webhooks to the tests' receivers on 127.0.0.1 (production
+# refuses private addresses; tests/billing/test_notifications.py holds it to that).
+export DMX_BILLING_ALERTS_SECONDS=1
+export DMX_WEBHOOK_ALLOW_PRIVATE=1
 export DMX_STATE_REFRESH_SECONDS=0.25
 # A body that stops arriving is refused after 2 s rather than 20.
 export DMX_BODY_READ_TIMEOUT_SECONDS=2

@@ -39,6 +39,9 @@ _USAGE_FIELDS = frozenset(
         "completion_tokens_details",
     )
 )
+# OpenAI's breakdown of the prompt's tokens; vLLM's adds created_cache_tokens and
+# multimodal_tokens (null on a text model's prompts).
+_PROMPT_DETAILS_FIELDS = frozenset(("cached_tokens", "audio_tokens"))
 
 
 def _keep_only(obj: dict[str, Any], allowed: frozenset[str]) -> None:
@@ -59,9 +62,9 @@ def _shape(obj: dict[str, Any], endpoint: Endpoint, identity: dict[str, str]) ->
             for name in [name for name in holder if name not in _MESSAGE_FIELDS]:
                 if name not in _MESSAGE_EXTENSIONS or holder[name] is None:
                     del holder[name]
-    usage = obj.get("usage")
-    if usage:
-        _keep_only(usage, _USAGE_FIELDS)
+    if obj.get("usage"):
+        # A copy: the engine's own usage is the one billed.
+        obj["usage"] = _client_usage(obj["usage"])
 
 
 def identity(*, model: str, version_tag: str) -> dict[str, str]:
@@ -298,7 +301,13 @@ def _client_usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
     """Usage as OpenAI reports it (the billed one, vLLM's, may carry more)."""
     if usage is None:
         return None
-    return {name: value for name, value in usage.items() if name in _USAGE_FIELDS}
+    shown = {name: value for name, value in usage.items() if name in _USAGE_FIELDS}
+    details = shown.get("prompt_tokens_details")
+    if details:
+        shown["prompt_tokens_details"] = {
+            name: value for name, value in details.items() if name in _PROMPT_DETAILS_FIELDS
+        }
+    return shown
 
 
 class FilteredAnswer(NamedTuple):

@@ -21,6 +21,7 @@ import time
 
 from django.conf import settings
 
+from apps.gateway.charges import reservation_rates, worst_case
 from apps.gateway.context import (
     check_context,
     check_context_bound,
@@ -78,7 +79,7 @@ async def complete(state: CompletionState) -> None:
         )
         async with lease:
             await prepare_off_loop(state, runtime, body)
-            await admit(state)
+            await admit(state, runtime)
             await forward(state, runtime)
     except BaseException as ended_by:
         error = state.end(ended_by)
@@ -110,9 +111,7 @@ def _unanswered(state: CompletionState) -> None:
     _UNANSWERED.inc()
 
 
-async def authenticate(
-    state: CompletionState, runtime: GatewayRuntime, body: bytes
-) -> KeyRecord:
+async def authenticate(state: CompletionState, runtime: GatewayRuntime, body: bytes) -> KeyRecord:
     key, state.nonce = await runtime.gate.authenticate(
         state.scope,
         body,
@@ -201,14 +200,20 @@ def _check_kind(model: ModelEntry, endpoint: Endpoint) -> None:
         )
 
 
-async def admit(state: CompletionState) -> None:
-    """Reserve the prompt and the completion it may take against the key's limits."""
+async def admit(state: CompletionState, runtime: GatewayRuntime) -> None:
+    """Reserve the prompt and the completion it may take, and what they may cost, against the
+    key's limits and budgets and the tenant's prepaid balance."""
     request, count = reached(state.request, "parse"), state.prompt_count
     if count is None or count.tokens is None:
         count = estimate_prompt(request, CHARS_PER_TOKEN)
+    model, limit = reached(state.model, "resolve"), reached(state.context_limit, "resolve")
+    # The price book as the request found it: its cost is settled at these prices.
+    state.prices = runtime.prices
+    rates = state.rates = reservation_rates(state.prices, model, state.received_at)
     admission = await reached(state.lease, "limits").admit(
-        model=reached(state.model, "resolve").name,
-        reserve=reservation(request, count, reached(state.context_limit, "resolve")),
+        model=model.name,
+        reserve=reservation(request, count, limit),
+        money=worst_case(request, count, limit, rates, reached(state.key, "auth").price_multiplier),
         nonce=state.nonce,
     )
     state.reply.headers += admission.headers()

@@ -29,6 +29,7 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from redis.exceptions import RedisError
 
+from apps.billing.pricing import PRICES_VERSION, PriceBook, price_book_load
 from apps.gateway import intent, tracing
 from apps.gateway.content_filter import ContentFilter
 from apps.gateway.errors import GatewayErrorCode
@@ -75,6 +76,7 @@ class GatewayRuntime:
         self.spool = Spool(Path(settings.DMX_SPOOL_DIR))
         self.gate = KeyGate(self.fast_redis, self.request_redis, spool=self.spool)
         self.dispatcher = Dispatcher(self.request_redis)
+        self.prices = PriceBook()
         self.content_filter = ContentFilter((), version=-1)
         self.trusted_proxies = trusted_networks(tuple(settings.DMX_TRUSTED_PROXIES))
         self.http: HttpPool | None = None
@@ -166,12 +168,16 @@ class GatewayRuntime:
 
     async def refresh(self) -> None:
         """Reload routing's state (nodes, breakers, catalog, routing table) and rebuild the
-        content filter when its version moved (off the event loop: it reads the database)."""
+        content filter and the price book when their versions moved (off the event loop: they
+        read the database)."""
         await self.dispatcher.refresh(self.redis)
         self.content_filter = await reloaded(
             self.content_filter,
             await self.redis.get(CONTENT_FILTER_VERSION.key),
             lambda version: content_filter_load(version=version),
+        )
+        self.prices = await reloaded(
+            self.prices, await self.redis.get(PRICES_VERSION.key), price_book_load
         )
 
     async def off_loop(self, work: Callable[[], T], *, owner: int) -> T:

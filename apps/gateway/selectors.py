@@ -10,9 +10,6 @@ def content_filter_load(*, version: int = 0) -> ContentFilter:
     """Build the content filter from the active terms; sync ORM, so call it off the event loop."""
     rows = SensitiveTerm.objects.filter(is_active=True).values_list("term", "category", "action")
     return ContentFilter(
-        (
-            Term(text, category, FilterAction(action))
-            for text, category, action in rows.iterator()
-        ),
+        (Term(text, category, FilterAction(action)) for text, category, action in rows.iterator()),
         version=version,
     )

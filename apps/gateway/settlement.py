@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import time
 
+from apps.billing import metrics as billing_metrics
+from apps.gateway.charges import served_rates
 from apps.gateway.state import CompletionState, reached
 from apps.keys.gate import MODEL_CHARS, Entry, PriorityTier, UsageEvent
 from dmxplatform import metrics
@@ -16,6 +18,7 @@ from dmxplatform.stages import Stage
 
 _TIER_LABELS = {tier.value: tier.name.lower() for tier in PriorityTier}
 _TOKENS = metrics.Bound(metrics.gateway_tokens)
+_SPEND = metrics.Bound(billing_metrics.spend)
 
 
 def usage_record(
@@ -30,11 +33,18 @@ def usage_record(
     usage = (state.editor.usage if state.editor else None) or state.usage or {}
     prompt = int(usage.get("prompt_tokens") or 0)
     completion = int(usage.get("completion_tokens") or 0)
+    # vLLM's own count of the prompt tokens its prefix cache served (--enable-prompt-tokens-details)
+    cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
     event = usage_event(state, prompt, completion)
+    event.cached_tokens = cached
     if prompt or completion:
-        tier = _TIER_LABELS.get(reached(state.key, "auth").priority, "standard")
+        key = reached(state.key, "auth")
+        tier = _TIER_LABELS.get(key.priority, "standard")
         _TOKENS(event.model, "prompt", tier).inc(prompt)
         _TOKENS(event.model, "completion", tier).inc(completion)
+        event.cost_micros = _cost(state, prompt, cached, completion)
+        if event.cost_micros:
+            _SPEND(event.model, key.plan).inc(event.cost_micros / 1_000_000)
     if state.dispatch is None:
         return event, ()
     decision = state.dispatch.decision_entry(
@@ -46,6 +56,19 @@ def usage_record(
         intent_low_confidence=state.intent_low_confidence,
     )
     return event, (decision,) if decision else ()
+
+
+def _cost(state: CompletionState, prompt: int, cached: int, completion: int) -> int:
+    """What the tokens cost at the prices in force when the request arrived: the serving
+    version's (the reservation's, the highest, should the version have none)."""
+    rates, node = state.rates, state.node
+    if rates is None:  # tokens without an admission cannot happen; nothing to price them at
+        return 0
+    if node is not None and state.prices is not None and state.model is not None:
+        rates = (
+            served_rates(state.prices, state.model, node.version_tag, state.received_at) or rates
+        )
+    return rates.cost(prompt, cached, completion, reached(state.key, "auth").price_multiplier)
 
 
 def usage_event(state: CompletionState, prompt: int, completion: int) -> UsageEvent:
@@ -84,4 +107,5 @@ def usage_event(state: CompletionState, prompt: int, completion: int) -> UsageEv
         timings=state.clock.timings,
         client_request_id=state.client_request_id,
         trace_id=state.trace.trace_id,
+        prepaid=key.prepaid,
     )

@@ -9,6 +9,8 @@ from typing import Any, TypeVar
 
 from django.conf import settings
 
+from apps.billing.money import Rates
+from apps.billing.pricing import PriceBook
 from apps.gateway import tracing
 from apps.gateway.context import PromptCount
 from apps.gateway.dialects import dialect_for
@@ -96,6 +98,9 @@ class CompletionState:
         self.flags: list[str] = []
         self.estimated_tokens: int | None = None
         self.prompt_count: PromptCount | None = None
+        # Admission: the price book it found and the prices it reserved at (apps.gateway.charges).
+        self.prices: PriceBook | None = None
+        self.rates: Rates | None = None
         # limits: the key's hold on them, settled once when the request ends.
         self.lease: Lease | None = None
         # route, connect: the way to a node (routing's).

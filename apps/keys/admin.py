@@ -1,7 +1,12 @@
+from django.conf import settings
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html
 
+from apps.billing.selectors import account_find
 from apps.keys.models import (
     ApiKey,
     ManagementToken,
@@ -12,6 +17,7 @@ from apps.keys.models import (
     UsageDaily,
     UsageRecord,
 )
+from apps.keys.selectors import statement_of
 from apps.keys.services import (
     api_key_create,
     api_key_revoke,
@@ -41,7 +47,7 @@ class PlanQuotaInline(admin.TabularInline):
 
 @admin.register(Plan)
 class PlanAdmin(ServiceDeletesMixin, admin.ModelAdmin):
-    list_display = ["name", *LIMIT_FIELDS]
+    list_display = ["name", *LIMIT_FIELDS, "price_multiplier"]
     inlines = [PlanQuotaInline]
 
     def save_model(self, request: HttpRequest, obj: Plan, form, change: bool) -> None:
@@ -88,9 +94,36 @@ class TenantAdmin(OperatorActions, admin.ModelAdmin):
     list_filter = [ApprovalFilter, "plan", "is_active"]
     search_fields = ["name", "slug"]
     prepopulated_fields = {"slug": ["name"]}
-    readonly_fields = ["approved_at"]
+    readonly_fields = ["approved_at", "billing"]
     inlines = [MembershipInline]
     actions = ["approve"]
+
+    @admin.display(description="Billing")
+    def billing(self, tenant: Tenant) -> str:
+        """Its mode, balance and spend this month, and where to change them."""
+        if tenant.pk is None:
+            return "-"
+        account = account_find(tenant.id)
+        spent = statement_of(tenant=tenant, month=timezone.now().date()).total
+        currency = settings.DMX_CURRENCY
+        if account is None:
+            url = reverse("admin:billing_billingaccount_add") + f"?tenant={tenant.id}"
+            return format_html(
+                'Postpaid, no account yet; {} {} spent this month. <a href="{}">Set up</a>',
+                f"{spent:.6f}",
+                currency,
+                url,
+            )
+        url = reverse("admin:billing_billingaccount_change", args=[account.pk])
+        return format_html(
+            '{}, balance {} {}; {} {} spent this month. <a href="{}">Account, top-ups</a>',
+            account.get_mode_display(),
+            f"{account.balance:.6f}",
+            currency,
+            f"{spent:.6f}",
+            currency,
+            url,
+        )
 
     @admin.action(description="Approve the selected tenants", permissions=["operate"])
     def approve(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> None:
@@ -199,7 +232,9 @@ class UsageRecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "node",
         "status",
         "prompt_tokens",
+        "cached_tokens",
         "completion_tokens",
+        "cost",
         "duration_ms",
     ]
     list_filter = ["status", "model", "intent", "intent_low_confidence", "stream"]
@@ -223,7 +258,9 @@ class UsageDailyAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "requests",
         "errors",
         "prompt_tokens",
+        "cached_tokens",
         "completion_tokens",
+        "cost",
     ]
     list_filter = ["model", "tenant"]
     date_hierarchy = "day"

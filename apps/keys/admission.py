@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Awaitable, Callable
 
 from django.conf import settings
 
+from apps.billing.errors import BillingErrorCode
+from apps.billing.money import from_micros
 from apps.keys.errors import KeysErrorCode
 from apps.keys.keycache import KeyRecord
 from apps.keys.limiter import Limiter
@@ -21,6 +24,8 @@ from dmxplatform.resp import RedisUnavailable
 
 # Retry-After for a request that can never fit a per-minute limit: the window's length.
 NEVER_FITS_RETRY_SECONDS = 60
+# admit.lua's retry for a prepaid balance Redis does not hold.
+BALANCE_NOT_HELD = -2
 
 
 # Each key limit's refusals are in /metrics from the start, so that rate() and alerts see the
@@ -29,8 +34,36 @@ for _meter in Meter.ALL:
     metrics.gateway_refusals.labels(_meter)
 
 
-def _refusal(admission: Admission, reserve: int) -> ApplicationError:
+_PERIOD_WORDS = {"day": "daily", "week": "weekly", "month": "monthly"}
+
+
+def _money_refusal(admission: Admission, money: int) -> ApplicationError:
     rule = admission.failed
+    currency = settings.DMX_CURRENCY
+    cost = f"{from_micros(money)} {currency}"
+    if rule.meter == Meter.BALANCE:
+        return RateLimitError(
+            f"Your prepaid balance does not cover this request (it may cost up to {cost}). "
+            "Top up or redeem a code to go on.",
+            code=BillingErrorCode.BALANCE_TOO_LOW,
+            error_type="insufficient_quota",
+        )
+    retry = max(1, math.ceil(admission.retry_after_ms / 1000))
+    owner = "this key's" if rule.scope == "key" else "your"
+    return RateLimitError(
+        f"You reached {owner} {_PERIOD_WORDS.get(rule.period, rule.period)} budget of "
+        f"{from_micros(int(rule.limit))} {currency}: this request may cost up to {cost}. The "
+        f"budget resets in {retry} s.",
+        code=BillingErrorCode.BUDGET_EXCEEDED,
+        headers={"Retry-After": str(retry)},
+        error_type="insufficient_quota",
+    )
+
+
+def _refusal(admission: Admission, reserve: int, money: int) -> ApplicationError:
+    rule = admission.failed
+    if rule.meter in Meter.MONEY:
+        return _money_refusal(admission, money)
     never = admission.retry_after_ms < 0
     retry = (
         NEVER_FITS_RETRY_SECONDS if never else max(1, math.ceil(admission.retry_after_ms / 1000))
@@ -80,12 +113,19 @@ async def admit(
     key: KeyRecord,
     model: str,
     reserve: int,
+    money: int,
     nonce: str | None,
+    seed: Callable[[int], Awaitable[int]],
 ) -> Admission:
-    """Check and reserve in one Redis round trip; raise the right refusal."""
+    """Check and reserve `reserve` tokens and `money` micro-units in one Redis round trip;
+    raise the right refusal. A prepaid balance Redis does not hold yet is seeded from the
+    database (`seed`) and the admission asked again, once."""
     rules = rules_for(key, model=model, nonce=nonce)
     try:
-        admission = await limiter.admit(request_id, rules, tokens=reserve)
+        admission = await limiter.admit(request_id, rules, tokens=reserve, money=money)
+        if not admission.admitted and admission.retry_after_ms == BALANCE_NOT_HELD:
+            await seed(key.tenant_id)
+            admission = await limiter.admit(request_id, rules, tokens=reserve, money=money)
     except RedisUnavailable as exc:
         # Without Redis no limit can be enforced anywhere: refuse rather than serve unmetered.
         raise ServiceUnavailableError(
@@ -95,5 +135,5 @@ async def admit(
         ) from exc
     if not admission.admitted:
         metrics.gateway_refusals.labels(admission.failed.meter).inc()
-        raise _refusal(admission, reserve)
+        raise _refusal(admission, reserve, money)
     return admission

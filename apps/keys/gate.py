@@ -18,8 +18,10 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from django.conf import settings
+from django.db import DatabaseError
 from redis.exceptions import RedisError
 
+from apps.billing.services import balance_seed
 from apps.keys.admission import admit
 from apps.keys.authentication import authenticate, check_network, check_signature, check_usable
 from apps.keys.choices import PriorityTier, UsageStatus
@@ -86,6 +88,7 @@ class KeyGate:
         )
         self._listener = async_redis(blocking=True)
         self._tasks: list[asyncio.Task] = []
+        self._balance_seed = database_sync_to_async(balance_seed)
 
     def start(self) -> None:
         """Start keeping the cache fresh (key changes published by the keys app) and, with
@@ -141,6 +144,14 @@ class KeyGate:
         when its block ends (see Lease); `usage` gives the request's usage record (and other
         streams' records of it) from what ended the block."""
         return Lease(self, key, request_id, usage)
+
+    async def seed_balance(self, tenant_id: int) -> int:
+        """Give Redis a prepaid balance it does not hold, from the book of record; without
+        the database it cannot be known, and the request is refused as without Redis."""
+        try:
+            return await self._balance_seed(tenant_id)
+        except DatabaseError as exc:
+            raise RedisUnavailable(f"prepaid balance of tenant {tenant_id} unknown: {exc}") from exc
 
     def keep(self, request_id: str, entries: list[Entry]) -> None:
         """Redis did not take a request's stream entries: spool them for the runtime to replay;
@@ -198,6 +209,7 @@ class Lease:
         "_entries",
         "_gate",
         "_key",
+        "_money",
         "_request_id",
         "_reserved",
         "_usage",
@@ -216,21 +228,28 @@ class Lease:
         self._usage = usage
         self._admission: Admission | None = None
         self._reserved = 0
+        self._money = 0
         self._entries: list[Entry] = []
         self._call: asyncio.Future | None = None
 
-    async def admit(self, *, model: str, reserve: int, nonce: str | None) -> Admission:
-        """Reserve `reserve` tokens and a request against every limit of the key, or raise the
-        refusal (429, or 503 without Redis) in OpenAI's shape."""
+    async def admit(
+        self, *, model: str, reserve: int, money: int = 0, nonce: str | None
+    ) -> Admission:
+        """Reserve `reserve` tokens, `money` (the request's worst-case cost, micro-units) and a
+        request against every limit and budget of the key and its tenant's prepaid balance, or
+        raise the refusal (429, or 503 without Redis) in OpenAI's shape."""
         self._admission = await admit(
             self._gate.limiter,
             request_id=self._request_id,
             key=self._key,
             model=model,
             reserve=reserve,
+            money=money,
             nonce=nonce,
+            seed=self._gate.seed_balance,
         )
         self._reserved = reserve
+        self._money = money
         return self._admission
 
     @property
@@ -250,6 +269,7 @@ class Lease:
         usage, entries = self._usage(ended_by)
         admission = self._admission
         refund = self._reserved - usage.prompt_tokens - usage.completion_tokens
+        money = self._money - usage.cost_micros
         events = self._entries = [
             (USAGE_STREAM.of_tenant(usage.tenant_id).key(), usage.encode()),
             *entries,
@@ -257,7 +277,7 @@ class Lease:
         # A task of its own, so that a caller cancelled meanwhile (the client left, the time ran
         # out) cannot cancel the call halfway and drop the record: the exit waits for it.
         self._call = asyncio.ensure_future(
-            self._gate.limiter.submit_settle(admission, refund=refund, events=events)
+            self._gate.limiter.submit_settle(admission, refund=refund, events=events, money=money)
         )
         return self._call
 

@@ -36,6 +36,17 @@ class Quota:
 
 
 @dataclass(frozen=True, slots=True)
+class BudgetLimit:
+    """A spending limit per calendar period (apps.billing.Budget), in micro-units."""
+
+    id: int
+    scope: str  # "tenant" or "key"
+    period: str  # apps.billing.choices.BudgetPeriod value
+    micros: int
+    hard: bool = True
+
+
+@dataclass(frozen=True, slots=True)
 class Limits:
     """Per-minute limits and concurrency; None is unlimited."""
 
@@ -65,6 +76,12 @@ class KeyRecord:
     # A rotated key's old secret, accepted until previous_valid_until (epoch seconds).
     previous_secret_hash: str = ""
     previous_valid_until: float | None = None
+    # Billing: the plan's name (spend metrics), its price multiplier in ten-thousandths, the
+    # tenant's and this key's budgets, and whether requests spend a prepaid balance.
+    plan: str = ""
+    price_multiplier: int = 10_000
+    budgets: tuple[BudgetLimit, ...] = ()
+    prepaid: bool = False
 
     def allows(self, model: str) -> bool:
         return not self.allowed_models or model in self.allowed_models
@@ -118,6 +135,7 @@ class KeyRecord:
         data["tenant_limits"] = Limits(**data.get("tenant_limits", {}))
         data["key_limits"] = Limits(**data.get("key_limits", {}))
         data["quotas"] = tuple(Quota(**q) for q in data.get("quotas", ()))
+        data["budgets"] = tuple(BudgetLimit(**b) for b in data.get("budgets", ()))
         return cls(**data)
 
 

@@ -99,8 +99,15 @@ class LeaseBook:
         """Requests to ask a lease for with this Redis admission (0: none) and the lease's id.
 
         Only for a rule set admitted before within the sweep period (a busy one), never with a
-        nonce (it is good for one request), and not while another grant for it is on its way."""
-        if not self.requests or rules[-1].meter == Meter.NONCE or rules in self._asking:
+        nonce (it is good for one request) or money (a budget or a balance: money a dead
+        process held would stay held until the period ends), and not while another grant for
+        it is on its way."""
+        if (
+            not self.requests
+            or rules[-1].meter == Meter.NONCE
+            or rules in self._asking
+            or any(rule.meter in Meter.MONEY for rule in rules)
+        ):
             return 0, ""
         if rules not in self._recent and rules not in self._leases:
             self._recent.add(rules)

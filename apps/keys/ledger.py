@@ -52,3 +52,8 @@ class UsageEvent(JsonRecord):
     # the request's spans belong to (when tracing is on).
     client_request_id: str = ""
     trace_id: str = ""
+    # Prompt tokens the engine served from its cache, and what the request cost (micro-units of
+    # DMX_CURRENCY, at the prices in force when it arrived); a prepaid tenant's is charged.
+    cached_tokens: int = 0
+    cost_micros: int = 0
+    prepaid: bool = False

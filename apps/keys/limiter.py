@@ -29,9 +29,12 @@ class Limiter:
         self._settle = Script((_LUA / "settle.lua").read_text())
         self.leases = leases or LeaseBook(requests=0, ttl=0.0)
 
-    async def admit(self, request_id: str, rules: tuple[Rule, ...], *, tokens: int) -> Admission:
-        """Admit a request reserving `tokens` against every rule: from this process's lease
-        when it has room, else in one Redis round trip (which may bring a lease)."""
+    async def admit(
+        self, request_id: str, rules: tuple[Rule, ...], *, tokens: int, money: int = 0
+    ) -> Admission:
+        """Admit a request reserving `tokens` and `money` (micro-units) against every rule:
+        from this process's lease when it has room, else in one Redis round trip (which may
+        bring a lease)."""
         if not rules:
             return Admission(admitted=True, rules=rules, member=request_id)
         admission = self.leases.take(rules, request_id, tokens)
@@ -54,6 +57,7 @@ class Limiter:
                     lease_requests * tokens,
                     lease_id,
                     MIN_LEASE_REQUESTS,
+                    money,
                 ],
             )
             admitted, failed, retry = int(reply[0]), int(reply[1]), int(reply[2])
@@ -83,11 +87,12 @@ class Limiter:
         *,
         refund: int,
         events: list[tuple[str, bytes]],
+        money: int = 0,
     ) -> None:
-        """Give back the reservation's overestimate, free the slot and append the events
-        (durable stream key, payload), in one round trip; a request never admitted (None) only
-        appends its events."""
-        await (await self.submit_settle(admission, refund=refund, events=events))
+        """Give back the reservation's overestimate (`refund` tokens, `money` micro-units),
+        free the slot and append the events (durable stream key, payload), in one round trip;
+        a request never admitted (None) only appends its events."""
+        await (await self.submit_settle(admission, refund=refund, events=events, money=money))
 
     async def submit_settle(
         self,
@@ -95,6 +100,7 @@ class Limiter:
         *,
         refund: int,
         events: list[tuple[str, bytes]],
+        money: int = 0,
     ) -> Awaitable[Any]:
         """settle(), returning once the call is on its way to Redis (RespClient.submit), with
         Redis's answer to await."""
@@ -102,7 +108,7 @@ class Limiter:
             rules, members = (), []
         else:
             rules, members = admission.rules, [admission.member]
-        keys, args = _give_back_call(rules, refund, 0, members, events)
+        keys, args = _give_back_call(rules, refund, 0, money, members, events)
         return await self._redis.submit(self._settle, keys, args)
 
     async def end_leases(self, *, everything: bool = False) -> int:
@@ -118,7 +124,7 @@ class Limiter:
         return len(ended)
 
     async def _end(self, lease: Lease) -> None:
-        keys, args = _give_back_call(lease.rules, lease.tokens, lease.requests, lease.slots, [])
+        keys, args = _give_back_call(lease.rules, lease.tokens, lease.requests, 0, lease.slots, [])
         await self._redis.run(self._settle, keys, args)
 
 
@@ -126,6 +132,7 @@ def _give_back_call(
     rules: tuple[Rule, ...],
     tokens: int,
     requests: int,
+    money: int,
     members: list[str],
     events: list[tuple[str, bytes]],
 ) -> tuple[list[str], list]:
@@ -133,13 +140,27 @@ def _give_back_call(
     keys, spec = _settle_spec(rules)
     return (
         [*keys, *(stream for stream, _ in events)],
-        [tokens, requests, spec, len(members), *members, *(payload for _, payload in events)],
+        [
+            tokens,
+            requests,
+            money,
+            spec,
+            len(members),
+            *members,
+            *(payload for _, payload in events),
+        ],
     )
 
 
 # A rule set's keys and specs are the same for every request of a key, model and hour: made once.
 _SPEC_CACHE = 4096
-_ADMIT_COSTS = {Meter.TOKENS: "t", Meter.QUOTA: "t", Meter.NONCE: 0}
+_ADMIT_COSTS = {
+    Meter.TOKENS: "t",
+    Meter.QUOTA: "t",
+    Meter.NONCE: 0,
+    Meter.BUDGET: "m",
+    Meter.BALANCE: "m",
+}
 
 
 def _admit_row(rule: Rule) -> list:

@@ -39,6 +39,13 @@ class Plan(RateLimits):
 
     name = models.CharField(max_length=64, unique=True)
     description = models.CharField(max_length=255, blank=True)
+    price_multiplier = models.DecimalField(
+        max_digits=6,
+        decimal_places=4,
+        default=1,
+        validators=[MinValueValidator(0)],
+        help_text="Applied to every price for the plan's tenants: 0.8 is a 20% discount.",
+    )
 
     class Meta:
         ordering = ["name"]
@@ -276,7 +283,16 @@ class UsageRecord(models.Model):
     http_status = models.PositiveSmallIntegerField()
     error_code = models.CharField(max_length=64, blank=True)
     prompt_tokens = models.PositiveIntegerField(default=0)
+    cached_tokens = models.PositiveIntegerField(
+        default=0, help_text="Prompt tokens the engine served from its prefix cache."
+    )
     completion_tokens = models.PositiveIntegerField(default=0)
+    cost = models.DecimalField(
+        max_digits=20,
+        decimal_places=6,
+        default=0,
+        help_text="In DMX_CURRENCY, at the prices in force when the request arrived.",
+    )
     duration_ms = models.FloatField(default=0.0)
     time_to_first_token_ms = models.FloatField(null=True, blank=True)
     estimated_prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
@@ -324,7 +340,9 @@ class UsageDaily(models.Model):
     requests = models.PositiveIntegerField(default=0)
     errors = models.PositiveIntegerField(default=0)
     prompt_tokens = models.PositiveBigIntegerField(default=0)
+    cached_tokens = models.PositiveBigIntegerField(default=0)
     completion_tokens = models.PositiveBigIntegerField(default=0)
+    cost = models.DecimalField(max_digits=20, decimal_places=6, default=0)
 
     class Meta:
         ordering = ["-day", "model"]

@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from apps.billing.counters import balance_key, spend_key
+from apps.billing.counters import period_bounds as budget_period
 from apps.keys.choices import QuotaPeriod
 from apps.keys.keycache import KeyRecord, Limits
 from apps.keys.signing import REPLAY_TTL_SECONDS
@@ -34,24 +36,38 @@ class Meter:
     CONCURRENCY = "concurrency"
     QUOTA = "quota"
     NONCE = "nonce"
-    ALL = (REQUESTS, TOKENS, CONCURRENCY, QUOTA, NONCE)
+    BUDGET = "budget"
+    BALANCE = "balance"
+    ALL = (REQUESTS, TOKENS, CONCURRENCY, QUOTA, NONCE, BUDGET, BALANCE)
+    # Rules that reserve money: a rule set with one is never leased (admit.lua).
+    MONEY = frozenset((BUDGET, BALANCE))
 
 
 @dataclass(frozen=True, slots=True)
 class Rule:
     """One limit a request must pass; it costs the request's tokens (token buckets and
-    quotas), one (request buckets and concurrency slots) or nothing (nonces)."""
+    quotas), its money (budgets and prepaid balances, micro-units), one (request buckets and
+    concurrency slots) or nothing (nonces)."""
 
     meter: str
     key: str
     kind: str  # admit.lua's kind
     limit: float
     param: float
+    # What a refusal names: a budget's period ("day", "week", "month") and owner ("tenant",
+    # "key"), and whether it is soft (counts, never refuses).
+    period: str = ""
+    scope: str = ""
 
     @property
     def settle_kind(self) -> str:
-        # Token buckets are refunded; request buckets are not (see settle.lua).
-        return "rt" if self.kind == "r" and self.meter == Meter.TOKENS else self.kind
+        # Token buckets are refunded, request buckets are not; budgets get money back (see
+        # settle.lua).
+        if self.kind == "r" and self.meter == Meter.TOKENS:
+            return "rt"
+        if self.meter == Meter.BUDGET:
+            return "qm"
+        return self.kind
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +187,21 @@ def _build_rules(key: KeyRecord, model: str, moment: datetime) -> tuple[Rule, ..
                 ttl_ms,
             )
         )
+    for budget in key.budgets:
+        label, _, end = budget_period(budget.period, moment)
+        rules.append(
+            Rule(
+                Meter.BUDGET,
+                spend_key(key.tenant_id, budget.id, label),
+                "q",
+                budget.micros if budget.hard else -1,
+                int((end + QUOTA_GRACE - moment).total_seconds() * 1000),
+                period=budget.period,
+                scope=budget.scope,
+            )
+        )
+    if key.prepaid:
+        rules.append(Rule(Meter.BALANCE, balance_key(key.tenant_id), "b", 0, 0))
     return tuple(rules)
 
 

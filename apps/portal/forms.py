@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import timedelta
 from decimal import Decimal
 
 from django import forms
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from apps.billing.choices import BudgetPeriod
+from apps.billing.models import BillingAccount
 from apps.keys.choices import MemberRole, QuotaPeriod, TokenScope
-from apps.keys.models import Plan
+from apps.keys.models import ApiKey, Plan
 from apps.keys.services import MAX_ROTATION_GRACE
 from apps.models.selectors import llm_models_active
+
+# Amounts are stored with six decimal places (apps.billing.money): a form takes no finer one.
+AMOUNT_DIGITS = 20
+AMOUNT_PLACES = 6
+# No usage is older than the platform: an earlier month is a typing slip (and year 1's
+# previous month is no date at all).
+FIRST_STATEMENT_YEAR = 2000
+# A redemption code is DMX- and 20 characters in groups of 4; room for spaces people paste.
+MAX_CODE_LENGTH = 64
 
 # The portal offers management tokens for up to a year; the service allows a day more, so that
 # "365 days" never fails on the hour a form took to submit.
@@ -153,3 +166,108 @@ class UsageExportForm(forms.Form):
         if cleaned.get("since") and cleaned.get("until") and cleaned["since"] > cleaned["until"]:
             raise ValidationError("The range ends before it starts.")
         return cleaned
+
+
+def _amount(label: str, **kwargs) -> forms.DecimalField:
+    return forms.DecimalField(
+        label=f"{label} ({settings.DMX_CURRENCY})",
+        max_digits=AMOUNT_DIGITS,
+        decimal_places=AMOUNT_PLACES,
+        min_value=Decimal(0),
+        **kwargs,
+    )
+
+
+class RedeemForm(forms.Form):
+    code = forms.CharField(
+        label="Redemption code",
+        max_length=MAX_CODE_LENGTH,
+        widget=forms.TextInput(
+            attrs={
+                "placeholder": "DMX-XXXX-XXXX-XXXX-XXXX-XXXX",
+                "autocomplete": "off",
+                "spellcheck": "false",
+            }
+        ),
+    )
+
+
+HARD, SOFT = "hard", "soft"
+
+
+class BudgetForm(ServiceErrorsForm):
+    """A budget for the tenant or one of its keys; the same scope and period again changes it."""
+
+    applies_to = forms.ChoiceField(label="Applies to", required=False)
+    period = forms.ChoiceField(choices=BudgetPeriod.choices, initial=BudgetPeriod.MONTH)
+    amount = _amount("Amount")
+    enforcement = forms.ChoiceField(
+        choices=[
+            (HARD, "Hard: refuse requests that could pass it"),
+            (SOFT, "Soft: only alert"),
+        ],
+        initial=HARD,
+        widget=forms.RadioSelect,
+    )
+
+    def __init__(self, *args, keys: Iterable[ApiKey], **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.keys = {key.key_id: key for key in keys}
+        self.fields["applies_to"].choices = [("", "The whole tenant")] + [
+            (key.key_id, f"Key “{key.name}” ({key.display_prefix})") for key in self.keys.values()
+        ]
+
+    def service_arguments(self) -> dict:
+        """The form's values as budget_set's keyword arguments (but the tenant)."""
+        key = self.keys.get(self.cleaned_data["applies_to"])
+        return {
+            "api_key_id": key.id if key else None,
+            "period": self.cleaned_data["period"],
+            "amount": self.cleaned_data["amount"],
+            "hard": self.cleaned_data["enforcement"] == HARD,
+        }
+
+
+class BillingAlertsForm(ServiceErrorsForm):
+    """Where a tenant's budget and balance alerts go, and when the balance one fires."""
+
+    low_balance_threshold = _amount(
+        "Low-balance alert below",
+        required=False,
+        help_text="Empty: no low-balance alert.",
+    )
+    notify_email = forms.EmailField(
+        label="Alert email", required=False, help_text="Empty: the tenant's owners."
+    )
+    webhook_url = forms.URLField(
+        label="Webhook URL",
+        required=False,
+        assume_scheme="https",
+        help_text="Alerts are sent here as signed JSON POSTs. Empty: no webhook.",
+    )
+
+    @classmethod
+    def initial_from(cls, account: BillingAccount) -> dict:
+        """The account's settings as the form's initial values (10, not 10.000000)."""
+        threshold = account.low_balance_threshold
+        return {
+            "low_balance_threshold": None if threshold is None else f"{threshold.normalize():f}",
+            "notify_email": account.notify_email,
+            "webhook_url": account.webhook_url,
+        }
+
+
+class StatementForm(forms.Form):
+    month = forms.DateField(
+        input_formats=["%Y-%m"],
+        widget=forms.DateInput(format="%Y-%m", attrs={"type": "month"}),
+        error_messages={"invalid": "Choose a month (YYYY-MM)."},
+    )
+
+    def clean_month(self):
+        month = self.cleaned_data["month"]
+        if month.year < FIRST_STATEMENT_YEAR:
+            raise ValidationError(f"Statements start in {FIRST_STATEMENT_YEAR}.")
+        if month > timezone.now().date():
+            raise ValidationError("That month has not begun.")
+        return month

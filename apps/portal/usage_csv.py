@@ -1,11 +1,16 @@
 """Raw usage records as CSV, streamed: rows are read from the database in chunks and written
-out as they come, so that a month of records never sits in memory."""
+out as they come, so that a month of records never sits in memory.
+
+New columns go at the end, so that a reader that takes columns by position keeps working; a
+record's cost is its stored Decimal (six places) in the platform's currency, never a float.
+"""
 
 from __future__ import annotations
 
 import csv
 from collections.abc import AsyncIterator
 
+from django.conf import settings
 from django.db.models import QuerySet
 
 from apps.keys.models import UsageRecord
@@ -31,6 +36,9 @@ COLUMNS = (
     "total_tokens",
     "duration_ms",
     "time_to_first_token_ms",
+    "cached_tokens",  # of prompt_tokens, served from the engine's prefix cache
+    "cost",
+    "currency",
 )
 
 
@@ -41,7 +49,7 @@ class _Line:
         return value
 
 
-def _row(record: UsageRecord) -> list:
+def _row(record: UsageRecord, currency: str) -> list:
     return [
         record.request_id,
         record.created_at.isoformat(),
@@ -59,6 +67,9 @@ def _row(record: UsageRecord) -> list:
         record.total_tokens,
         record.duration_ms,
         "" if record.time_to_first_token_ms is None else record.time_to_first_token_ms,
+        record.cached_tokens,
+        record.cost,
+        currency,
     ]
 
 
@@ -69,6 +80,7 @@ async def usage_csv_lines(records: QuerySet[UsageRecord]) -> AsyncIterator[str]:
     synchronous iterator to its end (into a list) before sending a byte.
     """
     writer = csv.writer(_Line())
+    currency = settings.DMX_CURRENCY
     yield writer.writerow(COLUMNS)
     async for record in records.aiterator(chunk_size=CHUNK_ROWS):
-        yield writer.writerow(_row(record))
+        yield writer.writerow(_row(record, currency))

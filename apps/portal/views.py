@@ -1,4 +1,5 @@
-"""The developer portal's pages: thin views over the keys app's services and selectors.
+"""The developer portal's pages: thin views over the keys and billing apps' services and
+selectors.
 
 Every page acts in the tenant `tenancy.member_required` finds; objects are looked up within it
 (another tenant's are a 404), and owner-only actions are refused to members (403) once found.
@@ -8,12 +9,14 @@ POST that made them, never stored, and marked not to be cached.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
+from decimal import Decimal
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
+from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
@@ -22,6 +25,10 @@ from django.utils.cache import add_never_cache_headers
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
+from apps.billing import selectors as billing_selectors
+from apps.billing import services as billing_services
+from apps.billing.choices import BillingMode, MovementKind
+from apps.billing.models import BillingAccount
 from apps.keys import selectors, services
 from apps.keys.choices import MemberRole
 from apps.keys.models import KEY_PREFIX, ApiKey
@@ -29,19 +36,28 @@ from apps.keys.selectors import SESSION_TENANT
 from apps.models.choices import ModelKind
 from apps.models.selectors import llm_models_active
 from apps.portal.forms import (
+    BillingAlertsForm,
+    BudgetForm,
     InviteForm,
     KeyCreateForm,
     KeyRotateForm,
+    RedeemForm,
     RoleForm,
+    StatementForm,
     TenantSwitchForm,
     TokenCreateForm,
     UsageExportForm,
 )
-from apps.portal.tenancy import member_required, require_owner
+from apps.portal.statements import statement_csv, statement_totals
+from apps.portal.templatetags.money import money_text
+from apps.portal.tenancy import current_membership, member_required, require_owner
 from apps.portal.usage_csv import usage_csv_lines
 
 # The usage page's window: the charts and the table by key cover the last 30 UTC days.
 USAGE_DAYS = 30
+# Balance movements per page of the billing page: a month of daily top-ups and redemptions
+# fits one page; usage charges (one per request) page on.
+MOVEMENTS_PER_PAGE = 25
 
 
 def _form_status(form) -> int:
@@ -173,6 +189,8 @@ def _usage_context(tenant, export_form: UsageExportForm) -> dict:
             "day": day,
             "requests": series.requests[i],
             "tokens": series.tokens[i],
+            "cached_tokens": series.cached_tokens[i],
+            "cost": series.cost[i],
             "by_model": [series.tokens_by_model[model][i] for model in models],
         }
         for i, day in enumerate(series.days)
@@ -183,11 +201,18 @@ def _usage_context(tenant, export_form: UsageExportForm) -> dict:
             "days": [day.isoformat() for day in series.days],
             "requests": series.requests,
             "tokens_by_model": {model: series.tokens_by_model[model] for model in models},
+            # Decimals as strings (json_script's encoder): the chart draws them, nothing sums.
+            "cost_by_model": {
+                model: [str(cost) for cost in series.cost_by_model[model]] for model in models
+            },
+            "currency": settings.DMX_CURRENCY,
         },
         "models": models,
         "daily": daily[::-1],  # newest first, as the other tables
         "total_requests": sum(series.requests),
         "total_tokens": sum(series.tokens),
+        "total_cached_tokens": sum(series.cached_tokens),
+        "total_cost": sum(series.cost, Decimal(0)),
         "by_key": by_key,
         "export_form": export_form,
         "usage_days": USAGE_DAYS,
@@ -223,6 +248,199 @@ def usage_export(request: HttpRequest) -> HttpResponse:
         f'attachment; filename="usage-{tenant.slug}-{since.isoformat()}-{until.isoformat()}.csv"'
     )
     return response
+
+
+# --- billing -----------------------------------------------------------------------------
+
+
+def _billing_context(request: HttpRequest, **forms) -> dict:
+    """The billing page: the account, its movements (a page of them), each budget's spend this
+    period, and the forms (the ones given, bound, else empty)."""
+    tenant = request.membership.tenant
+    account = billing_selectors.account_find(tenant.id)  # None: postpaid, nothing moved yet
+    keys = selectors.api_keys_of(tenant=tenant).filter(revoked_at__isnull=True).order_by("name")
+    alerts_initial = BillingAlertsForm.initial_from(account) if account else {}
+    movements = Paginator(billing_selectors.movements_of(tenant.id), MOVEMENTS_PER_PAGE)
+    return {
+        "account": account,
+        "balance": account.balance if account is not None else Decimal(0),
+        "prepaid": account is not None and account.mode == BillingMode.PREPAID,
+        "alert_percent": settings.DMX_BUDGET_ALERT_PERCENT,
+        "movements": movements.get_page(request.GET.get("page")),
+        "budgets": billing_selectors.budget_status(tenant.id),
+        "redeem_form": forms.get("redeem_form") or RedeemForm(),
+        "budget_form": forms.get("budget_form") or BudgetForm(keys=keys),
+        "alerts_form": forms.get("alerts_form") or BillingAlertsForm(initial=alerts_initial),
+    }
+
+
+def _webhook_secret(request: HttpRequest, account: BillingAccount | None) -> str:
+    """The signing secret of the account's webhook, for its owners only, made the first time
+    it is shown (docs/billing-webhooks.md); empty without a webhook."""
+    if account is None or not account.webhook_url or not request.membership.is_owner:
+        return ""
+    return billing_services.webhook_secret_ensure(account=account)
+
+
+def _billing_page(request: HttpRequest, status: int = 200, **forms) -> HttpResponse:
+    context = _billing_context(request, **forms)
+    context["webhook_secret"] = _webhook_secret(request, context["account"])
+    response = render(request, "portal/billing.html", context, status=status)
+    if context["webhook_secret"]:
+        add_never_cache_headers(response)
+    return response
+
+
+@member_required
+def billing(request: HttpRequest) -> HttpResponse:
+    return _billing_page(request)
+
+
+@member_required
+@require_POST
+def redeem(request: HttpRequest) -> HttpResponse:
+    """Redeem a code for the tenant: owners and members alike (it only ever adds money)."""
+    form = RedeemForm(request.POST)
+    if form.is_valid():
+        try:
+            movement = billing_services.redeem(
+                tenant_id=request.membership.tenant_id,
+                code=form.cleaned_data["code"],
+                actor=request.user.get_username(),
+            )
+        except billing_services.RedemptionError as error:
+            form.add_error("code", str(error))
+        else:
+            messages.success(
+                request,
+                f"{money_text(movement.amount)} credited: the balance is "
+                f"{money_text(movement.balance_after)}.",
+            )
+            return redirect("portal:billing")
+    return _billing_page(request, status=400, redeem_form=form)
+
+
+@member_required
+@require_POST
+def budget_set(request: HttpRequest) -> HttpResponse:
+    require_owner(request)
+    tenant = request.membership.tenant
+    keys = selectors.api_keys_of(tenant=tenant).filter(revoked_at__isnull=True)
+    form = BudgetForm(request.POST, keys=keys)
+    if form.is_valid():
+        try:
+            billing_services.budget_set(tenant_id=tenant.id, **form.service_arguments())
+        except ValidationError as error:
+            form.add_service_error(error)
+        else:
+            messages.success(request, "The budget is set; the next request is checked against it.")
+            return redirect("portal:billing")
+    return _billing_page(request, status=400, budget_form=form)
+
+
+@member_required
+def budget_delete(request: HttpRequest, budget_id: int) -> HttpResponse:
+    budget = get_object_or_404(
+        billing_selectors.budgets_of(request.membership.tenant_id), id=budget_id
+    )
+    require_owner(request)
+    if request.method == "POST":
+        billing_services.budget_delete(budget=budget)
+        messages.success(request, "The budget is removed.")
+        return redirect("portal:billing")
+    scope = f"key “{budget.api_key.name}”" if budget.api_key else "the whole tenant"
+    return render(
+        request,
+        "portal/confirm.html",
+        {
+            "title": "Remove a budget",
+            "question": f"The {budget.get_period_display().lower()} budget of "
+            f"{money_text(budget.amount)} for {scope} will no longer limit or alert.",
+            "action": "Remove the budget",
+            "cancel_url": reverse("portal:billing"),
+        },
+    )
+
+
+@member_required
+@require_POST
+def billing_alerts(request: HttpRequest) -> HttpResponse:
+    """The low-balance threshold and where alerts go (owners)."""
+    require_owner(request)
+    form = BillingAlertsForm(request.POST)
+    if form.is_valid():
+        account = billing_services.account_of(request.membership.tenant_id)
+        try:
+            billing_services.account_update(account=account, **form.cleaned_data)
+        except ValidationError as error:
+            form.add_service_error(error)
+        else:
+            messages.success(request, "The alert settings are saved.")
+            return redirect("portal:billing")
+    return _billing_page(request, status=400, alerts_form=form)
+
+
+def _statement_request(request: HttpRequest) -> tuple[StatementForm, date | None]:
+    """The month asked for (`?month=YYYY-MM`), this UTC month when none is; None: not a month."""
+    this_month = timezone.now().date().replace(day=1)
+    if "month" not in request.GET:
+        return StatementForm(initial={"month": this_month}), this_month
+    form = StatementForm(request.GET)
+    return form, form.cleaned_data["month"] if form.is_valid() else None
+
+
+@member_required
+def statement(request: HttpRequest) -> HttpResponse:
+    """A month's usage and cost per model and, for a prepaid tenant, its balance movements."""
+    form, month = _statement_request(request)
+    if month is None:
+        return render(request, "portal/statement.html", {"form": form}, status=400)
+    tenant = request.membership.tenant
+    found = selectors.statement_of(tenant=tenant, month=month)
+    account = billing_selectors.account_find(tenant.id)
+    start, end = selectors.month_bounds(month)
+    context = {
+        "form": form,
+        "statement": found,
+        "totals": statement_totals(found),
+        "prepaid": account is not None and account.mode == BillingMode.PREPAID,
+        # By kind, in the ledger's order of kinds (top-ups first, refunds and adjustments last).
+        "movements": [
+            (kind.label, found.movements[kind]) for kind in MovementKind if kind in found.movements
+        ],
+        "previous": (start - timedelta(days=1)).replace(day=1),
+        "following": end,
+        "this_month": timezone.now().date().replace(day=1),
+    }
+    return render(request, "portal/statement.html", context)
+
+
+@member_required
+def statement_export(request: HttpRequest) -> HttpResponse:
+    form, month = _statement_request(request)
+    if month is None:
+        return render(request, "portal/statement.html", {"form": form}, status=400)
+    tenant = request.membership.tenant
+    found = selectors.statement_of(tenant=tenant, month=month)
+    response = HttpResponse(statement_csv(found), content_type="text/csv")
+    response["Content-Disposition"] = (
+        f'attachment; filename="statement-{tenant.slug}-{month:%Y-%m}.csv"'
+    )
+    return response
+
+
+def prices(request: HttpRequest) -> HttpResponse:
+    """The public price list: open to anyone, so a developer sees a model's cost before signing
+    up; a signed-in member also sees their plan's multiplier."""
+    membership = current_membership(request) if request.user.is_authenticated else None
+    plan = membership.tenant.plan if membership else None
+    multiplier = plan.price_multiplier if plan is not None else None
+    context = {
+        "lines": billing_selectors.price_list(),
+        "multiplier": multiplier if multiplier is not None and multiplier != 1 else None,
+        "plan": plan,
+    }
+    return render(request, "portal/prices.html", context)
 
 
 # --- members -----------------------------------------------------------------------------

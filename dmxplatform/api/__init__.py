@@ -2,14 +2,15 @@
 pagination, its schema, its audit actor, its input checks; and the operators' permission.
 
 Who a caller is comes from the identity app, named in settings (DMX_MANAGEMENT_API: the
-authentication classes and the tenant member's permission), the way Django names its
-authentication backends: no app imports another to build its API. A credential that may not
-write says so with `can_write = False`; one that names an actor for the audit log gives
-`audit_identity`.
+authentication classes, the tenant member's and owner's permissions, and the tenant a call acts
+in), the way Django names its authentication backends: no app imports another to build its API.
+A credential that may not write says so with `can_write = False`; one that names an actor for
+the audit log gives `audit_identity`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextlib import ExitStack
 from functools import cache
 
@@ -32,6 +33,11 @@ from dmxplatform.audit.entries import acting
 @cache
 def _configured(name: str) -> tuple[type, ...]:
     return tuple(import_string(path) for path in settings.DMX_MANAGEMENT_API[name])
+
+
+@cache
+def _tenant_of() -> Callable[[Request], int]:
+    return import_string(settings.DMX_MANAGEMENT_API["TENANT_OF"])
 
 
 def can_write(request: Request) -> bool:
@@ -135,6 +141,23 @@ class ManagementApiMixin:
         for name, value in self.validated(serializer_class, partial=True).items():
             setattr(instance, name, value)
         return instance
+
+
+class TenantScopedApiMixin(ManagementApiMixin):
+    """A tenant's own views in an app below the identity app (billing), which cannot use its
+    TenantApiMixin: members read; in an `owners_change` view only owners change. The tenant is
+    the one the member permission found the caller in."""
+
+    owners_change = False
+
+    def get_permissions(self):
+        if self.owners_change and not self.permission_classes:
+            return [permission() for permission in _configured("OWNER_PERMISSION_CLASSES")]
+        return super().get_permissions()
+
+    @property
+    def tenant_id(self) -> int:
+        return _tenant_of()(self.request)
 
 
 class OperatorApiMixin(ManagementApiMixin):

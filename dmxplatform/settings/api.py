@@ -21,15 +21,21 @@ DMX_MANAGEMENT_API = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "MEMBER_PERMISSION_CLASSES": ["apps.keys.api.auth.TenantMember"],
+    # For apps below the identity app (dmxplatform.api.TenantScopedApiMixin): who may change a
+    # tenant's things, and the id of the tenant a member's call acts in.
+    "OWNER_PERMISSION_CLASSES": ["apps.keys.api.auth.TenantOwner"],
+    "TENANT_OF": "apps.keys.api.auth.request_tenant_id",
 }
 
 SPECTACULAR_SETTINGS = {
     "TITLE": "DMX management API",
     "DESCRIPTION": (
-        "Keys, usage, quotas, members and (for operators) tenants, plans, nodes and routing "
-        "rules. Authenticate with a management token (`Authorization: Bearer dmx-mgmt-...`) "
-        "or the portal's session. Errors have OpenAI's shape: "
-        '`{"error": {"message", "type", "param", "code"}}`.'
+        "Keys, usage, quotas, members, prices, billing (balance, movements, budgets, "
+        "statements, redemption codes) and (for operators) tenants, plans, top-ups, code "
+        "batches, nodes and routing rules. Authenticate with a management token "
+        "(`Authorization: Bearer dmx-mgmt-...`) or the portal's session. Errors have OpenAI's "
+        'shape: `{"error": {"message", "type", "param", "code"}}`. Amounts of money are decimal '
+        "strings with six places, in the platform's currency."
     ),
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
@@ -44,5 +50,8 @@ SPECTACULAR_SETTINGS = {
         "QuotaPeriodEnum": "apps.keys.choices.QuotaPeriod",
         "TokenScopeEnum": "apps.keys.choices.TokenScope",
         "QuotaScopeEnum": "apps.keys.api.serializers.QUOTA_SCOPES",
+        "BudgetPeriodEnum": "apps.billing.choices.BudgetPeriod",
+        "BillingModeEnum": "apps.billing.choices.BillingMode",
+        "MovementKindEnum": "apps.billing.choices.MovementKind",
     },
 }

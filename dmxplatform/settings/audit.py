@@ -36,6 +36,14 @@ AUDITLOG_INCLUDE_TRACKING_MODELS = (
         "mask_fields": ["secret_hash"],
         "mask_callable": _SECRET,
     },
+    # billing: prices, budgets, accounts (the balance is the movements' to record), code
+    # batches, and each movement saved one by one (top-ups, redemptions, refunds, adjustments:
+    # the flush's usage charges are bulk-inserted, one row per request, and are the ledger)
+    "billing.Price",
+    "billing.Budget",
+    {"model": "billing.BillingAccount", "exclude_fields": ["balance", "version", "updated_at"]},
+    "billing.BalanceMovement",
+    "billing.RedemptionBatch",
     # hardware
     "hardware.HardwareProfile",
     {"model": "hardware.NodeToken", "mask_fields": ["secret_hash"], "mask_callable": _SECRET},

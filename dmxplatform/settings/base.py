@@ -42,6 +42,7 @@ INSTALLED_APPS = [
     "auditlog",
     "dmxplatform.audit",  # the audit log's admin and records, on auditlog
     "apps.keys",
+    "apps.billing",
     "apps.models",
     "apps.hardware",
     "apps.routing",

@@ -30,6 +30,14 @@ DMX_ROUTING_WEIGHTS_HOUR_UTC = env_int("DMX_ROUTING_WEIGHTS_HOUR_UTC", 2, minimu
 # How often canaries are judged, and routing decisions moved to the database, seconds.
 DMX_CANARY_EVALUATION_SECONDS = env_float("DMX_CANARY_EVALUATION_SECONDS", 60.0, minimum=1.0)
 
+# How often budgets and balances are checked for alerts (and the alerts sent), seconds.
+DMX_BILLING_ALERTS_SECONDS = env_float("DMX_BILLING_ALERTS_SECONDS", 30.0, minimum=1.0)
+# How often every prepaid balance is compared with the sum of its movements, seconds (the
+# DmxBalanceLedgerCheckStale alert expects the default: it fires after three missed checks).
+DMX_BALANCE_LEDGER_CHECK_SECONDS = env_float(
+    "DMX_BALANCE_LEDGER_CHECK_SECONDS", 300.0, minimum=10.0
+)
+
 CELERY_BEAT_SCHEDULE = {
     "routing-weights": {
         "task": "apps.routing.tasks.weights_recompute_task",
@@ -62,5 +70,13 @@ CELERY_BEAT_SCHEDULE = {
     "nodes-sync": {
         "task": "apps.hardware.tasks.nodes_sync_task",
         "schedule": DMX_NODE_STALE_CHECK_SECONDS,
+    },
+    "billing-alerts": {
+        "task": "apps.billing.tasks.billing_alerts_task",
+        "schedule": DMX_BILLING_ALERTS_SECONDS,
+    },
+    "billing-ledger-check": {
+        "task": "apps.billing.tasks.billing_ledger_check_task",
+        "schedule": DMX_BALANCE_LEDGER_CHECK_SECONDS,
     },
 }

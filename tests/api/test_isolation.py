@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from decimal import Decimal
 
 import pytest
 from django.urls import resolve
 from rest_framework.test import APIClient
 
+from apps.billing.services import budget_set, codes_generate, top_up
 from apps.hardware.models import Node
 from apps.keys.choices import MemberRole
 from apps.keys.models import Plan
@@ -74,6 +76,9 @@ def tenant_a(django_capture_on_commit_callbacks, mailoutbox) -> TenantA:
         status=RecomputationStatus.PROPOSED,
         changes=[],
     )
+    budget = budget_set(tenant_id=tenant.id, period="month", amount=Decimal(5))
+    top_up(tenant_id=tenant.id, amount=Decimal(3), actor="test", note="alpha-top-up-marker")
+    batch, _ = codes_generate(face_value=Decimal(1), count=1)
     return TenantA(
         owner=owner,
         path_ids={
@@ -87,6 +92,9 @@ def tenant_a(django_capture_on_commit_callbacks, mailoutbox) -> TenantA:
             ("routing-rules", "id"): rule.id,
             ("canaries", "id"): canary.id,
             ("weight-recomputations", "id"): recomputation.id,
+            ("billing", "id"): budget.id,
+            ("model-versions", "id"): version.id,
+            ("redemption-batches", "id"): batch.id,
         },
         markers=[
             key.key_id,
@@ -97,6 +105,7 @@ def tenant_a(django_capture_on_commit_callbacks, mailoutbox) -> TenantA:
             "alpha-invitee-marker",
             owner.token.token_id,
             "alpha-corp-marker",
+            "alpha-top-up-marker",
         ],
     )
 
@@ -166,6 +175,7 @@ def test_as_themselves_the_ids_are_found(tenant_a, operator):
 
 def test_tenant_a_sees_its_own_rows_in_the_lists(tenant_a):
     """Without this, a list that shows nothing to anyone would pass the stranger's walk."""
-    for path in ("keys", "usage/records", "usage/daily", "quotas", "members", "invitations"):
+    lists = ("keys", "usage/records", "usage/daily", "quotas", "members", "invitations")
+    for path in (*lists, "billing/movements"):
         text = tenant_a.owner.client.get(f"{API}/{path}").content.decode()
         assert any(marker in text for marker in tenant_a.markers), path

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import re
 import uuid
+from decimal import Decimal
 
 import pytest
 from django.urls import URLPattern, URLResolver
 from django.utils import timezone
 
+from apps.billing.services import codes_generate
 from apps.hardware.models import Node
 from apps.keys.models import Plan, Tenant
 from apps.models.models import ModelVersion
@@ -72,6 +74,8 @@ def objects() -> dict[str, int]:
         "nodes": node.id,
         "routing-rules": rule.id,
         "canaries": canary.id,
+        "model-versions": stable.id,
+        "redemption-batches": codes_generate(face_value=Decimal(1), count=1)[0].id,
         "weight-recomputations": WeightRecomputation.objects.create(
             window_start=moment,
             window_end=moment,

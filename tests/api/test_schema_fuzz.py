@@ -5,7 +5,8 @@ fields) and fuzzing phases, a bounded number of cases each; sent in-process to D
 application, in the test's transaction, as an operator who owns a tenant, with a write token.
 In about half of the cases the path's ids are those of real objects (the caller's keys, a
 teammate, an open invitation, a second token of its own, another tenant, a plan, a node, a
-routing rule), so that bodies reach the services instead of ending in a 404.
+routing rule, a budget, a model version, a code batch), so that bodies reach the services
+instead of ending in a 404.
 
 Checked on every response: no server error, and every error in the platform's shape.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import zlib
 from collections.abc import Iterator
+from decimal import Decimal
 
 import pytest
 import schemathesis
@@ -24,6 +26,7 @@ from django.db import close_old_connections
 from hypothesis import HealthCheck, Phase, settings
 from schemathesis.checks import not_a_server_error
 
+from apps.billing.services import budget_set, codes_generate
 from apps.hardware.models import Node
 from apps.keys.choices import MemberRole
 from apps.keys.models import Plan
@@ -101,6 +104,11 @@ def world(in_process, mailoutbox) -> dict:
             ("canaries", "id"): canary_start(
                 version=make_model("fuzz-model", version="v2")[1], percent=10
             ).id,
+            ("billing", "id"): budget_set(
+                tenant_id=tenant.id, period="month", amount=Decimal(5)
+            ).id,
+            ("model-versions", "id"): version.id,
+            ("redemption-batches", "id"): codes_generate(face_value=Decimal(1), count=1)[0].id,
             ("weight-recomputations", "id"): WeightRecomputation.objects.create(
                 window_start=key.created_at,
                 window_end=key.created_at,

@@ -65,6 +65,7 @@ def test_editing_a_plans_limits(client, operator):
             "requests_per_minute": "120",
             "tokens_per_minute": "1000",
             "max_concurrent_requests": "4",
+            "price_multiplier": "1.0000",
             "quotas-TOTAL_FORMS": "0",
             "quotas-INITIAL_FORMS": "0",
             "quotas-MIN_NUM_FORMS": "0",

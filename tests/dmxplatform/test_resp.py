@@ -193,3 +193,38 @@ def test_submit_answers_like_run_and_loads_a_missing_script(key):
         return await first, await second, await third
 
     assert run(scenario) == (5, 10, 15)
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        b"-LOADING Redis is loading the dataset in memory\r\n",
+        b"-BUSY Redis is busy running a script. "
+        b"You can only call SCRIPT KILL or SHUTDOWN NOSAVE.\r\n",
+        b"-MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.\r\n",
+    ],
+)
+def test_a_server_that_cannot_serve_yet_is_unavailable_not_an_error(reply):
+    """Redis's own error replies while it loads its data after a restart (the moment a
+    restarted request store answers first), runs a long script or lost its master: the caller
+    refuses with a retryable 503 rather than failing the request. The server here answers every
+    command with that reply, as Redis does in that state."""
+
+    async def scenario(_):
+        async def answer(reader, writer):
+            while await reader.read(65536):
+                writer.write(reply)
+                await writer.drain()
+            writer.close()
+
+        server = await asyncio.start_server(answer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        client = RespClient(f"redis://127.0.0.1:{port}/0", timeout=2)
+        try:
+            with pytest.raises(RedisUnavailable, match=reply[1:8].decode()):
+                await client.execute("GET", "k")
+        finally:
+            await client.close()
+            server.close()
+
+    run(scenario)

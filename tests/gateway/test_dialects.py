@@ -563,6 +563,52 @@ def test_anthropic_input_tokens_leave_out_cache_reads():
     assert (usage["input_tokens"], usage["cache_read_input_tokens"]) == (prompt - 16, 16)
 
 
+# Recorded with --enable-prompt-tokens-details, the second time a 1,106-token prompt was sent:
+# 1,024 of its tokens came from the prefix cache.
+CACHED_PROMPT, CACHED = 1106, 1024
+MESSAGE = {"model": "m", "max_tokens": 6, "messages": [{"role": "user", "content": "x"}]}
+
+
+def test_a_streamed_message_splits_cache_reads_from_input_at_its_end():
+    """The engine counts cache reads only on its closing usage: message_start has the whole
+    prompt as input, message_delta (cumulative, as Anthropic's) the split."""
+    events = stream(
+        Endpoint.MESSAGES, {**MESSAGE, "stream": True}, recorded("vllm-chat-stream-cached.sse")
+    )
+    start, delta = events[0][1]["message"]["usage"], events[-2][1]["usage"]
+    assert (start["input_tokens"], start["cache_read_input_tokens"]) == (CACHED_PROMPT, 0)
+    assert delta == {
+        "input_tokens": CACHED_PROMPT - CACHED,
+        "output_tokens": 6,
+        "cache_creation_input_tokens": 0,
+        "cache_read_input_tokens": CACHED,
+    }
+
+
+def test_a_message_cut_before_any_usage_says_only_its_output():
+    events = stream(Endpoint.MESSAGES, {**MESSAGE, "stream": True}, [])
+    assert events[-2][1]["usage"] == {"output_tokens": 0}  # message_start's input stands
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_a_responses_cached_tokens_are_its_input_tokens_details(streamed):
+    if streamed:
+        events = stream(
+            Endpoint.RESPONSES,
+            {"model": "auto", "input": "x", "stream": True},
+            recorded("vllm-chat-stream-cached.sse"),
+        )
+        response = events[-1][1]["response"]
+    else:
+        body = (FIXTURES / "vllm-chat-cached.json").read_bytes()
+        filtered = filter_response(body, NO_TERMS, endpoint=Endpoint.CHAT, identity=IDENTITY)
+        answer = answer_for(Endpoint.RESPONSES, {"model": "auto", "input": "x"})
+        response = dialect_for(Endpoint.RESPONSES).answer(filtered.response, answer, None)
+    assert not list(RESPONSE.iter_errors(response))
+    assert response["usage"]["input_tokens"] == CACHED_PROMPT  # OpenAI counts cached ones in
+    assert response["usage"]["input_tokens_details"]["cached_tokens"] == CACHED
+
+
 def test_an_assistant_turn_and_its_calls_stay_one_message():
     request = parse(
         Endpoint.RESPONSES,

@@ -491,7 +491,7 @@ def _routed(text: str, *, default_route: bool = True) -> tuple[CompletionState, 
         raise _Resolved(intent)
 
     runtime = SimpleNamespace(dispatcher=SimpleNamespace(resolve=resolve))
-    key = SimpleNamespace(allows=lambda name: True, id=1, tenant_id=1)
+    key = SimpleNamespace(allows=lambda name: True, id=1, tenant_id=1, prepaid=False)
     state = CompletionState(Endpoint.CHAT, {}, None, None, key=key)
     body = json.dumps({"model": "auto", "messages": [{"role": "user", "content": text}]})
     with pytest.raises(_Resolved) as routed:

@@ -145,6 +145,9 @@ def assert_openai_shape(obj: dict, response: str, *, holder: str | None) -> None
             assert set(choice[holder]) <= allowed, set(choice[holder]) - allowed
     if obj.get("usage"):
         assert set(obj["usage"]) <= schema_fields("CompletionUsage")
+        details = obj["usage"].get("prompt_tokens_details") or {}
+        allowed = schema_fields("CompletionUsage", "prompt_tokens_details")
+        assert set(details) <= allowed, set(details) - allowed
 
 
 IDENTITY = {"model": "auto", "system_fingerprint": "fp_dmx_v2"}
@@ -180,3 +183,31 @@ def test_every_streamed_chunk_carries_openai_fields_only(fixture, endpoint, hold
     assert chunks[-1]["usage"]["completion_tokens"] == editor.usage["completion_tokens"] > 0
     closing = editor.usage_chunk()
     assert (closing["model"], closing["system_fingerprint"]) == ("auto", "fp_dmx_v2")
+
+
+# Recorded with --enable-prompt-tokens-details, the second time a 1,106-token prompt was sent:
+# 1,024 of its tokens (eight of the CPU engine's 128-token blocks) came from the prefix cache.
+CACHED_PROMPT, CACHED = 1106, 1024
+
+
+def test_cached_tokens_reach_the_client_in_openais_field_and_the_bill_whole():
+    body = (FIXTURES / "vllm-chat-cached.json").read_bytes()
+    response, usage, _, _, _ = filter_response(
+        body, NO_TERMS, endpoint=Endpoint.CHAT, identity=IDENTITY
+    )
+    assert_openai_shape(response, "CreateChatCompletionResponse", holder="message")
+    assert response["usage"]["prompt_tokens_details"] == {"cached_tokens": CACHED}
+    # Billed as the engine reported it, its own fields included.
+    assert usage["prompt_tokens_details"] == {
+        "cached_tokens": CACHED, "created_cache_tokens": 0, "multimodal_tokens": None
+    }  # fmt: skip
+
+
+def test_a_streams_cached_tokens_come_on_its_closing_usage_chunk():
+    editor = StreamEditor(NO_TERMS, endpoint=Endpoint.CHAT, include_usage=True, identity=IDENTITY)
+    chunks = replay(editor, "vllm-chat-stream-cached.sse")
+    for chunk in chunks:
+        assert_openai_shape(chunk, "CreateChatCompletionStreamResponse", holder="delta")
+    assert chunks[-1]["usage"]["prompt_tokens"] == CACHED_PROMPT
+    assert chunks[-1]["usage"]["prompt_tokens_details"] == {"cached_tokens": CACHED}
+    assert editor.usage["prompt_tokens_details"]["cached_tokens"] == CACHED

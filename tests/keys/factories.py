@@ -18,14 +18,15 @@ from dmxplatform.redis_client import request_redis, request_resp_client
 
 STAFF_PASSWORD = "pw-long-enough-1"
 _ROLES = importlib.import_module("apps.keys.migrations.0005_operator_and_viewer_groups")
+_BILLING_ROLES = importlib.import_module("apps.billing.migrations.0003_console_roles")
 
 
 def make_staff(role: str | None, **fields) -> User:
     """A staff user in the console group `role` (viewer, operator), or in none.
 
-    The groups come from a data migration, which a test that flushes the database
-    (transactional_db) takes away from the tests after it: where they are gone, the migration's
-    own code makes them again.
+    The groups come from data migrations (keys' and billing's), which a test that flushes the
+    database (transactional_db) takes away from the tests after it: where they are gone, the
+    migrations' own code makes them again.
     """
     suffix = uuid.uuid4().hex[:6]
     fields.setdefault("email", f"{role or 'staff'}-{suffix}@example.com")
@@ -35,6 +36,7 @@ def make_staff(role: str | None, **fields) -> User:
     if role:
         if not Group.objects.filter(name=role).exists():
             _ROLES._create_roles(installed_apps, None)
+            _BILLING_ROLES.grant_roles(installed_apps)
         user.groups.add(Group.objects.get(name=role))
     return user
 

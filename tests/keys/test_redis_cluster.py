@@ -19,7 +19,7 @@ from django.db import connection
 from redis.crc import key_slot
 
 from apps.keys import ledger, tasks
-from apps.keys.keycache import Limits, Quota
+from apps.keys.keycache import BudgetLimit, Limits, Quota
 from apps.keys.leases import LeaseBook
 from apps.keys.limiter import Limiter
 from apps.keys.models import UsageRecord
@@ -79,6 +79,11 @@ def test_every_key_of_one_request_shares_its_tenants_slot(settings):
                 Quota(scope="tenant", period="month", model="", tokens=10**6),
                 Quota(scope="key", period="day", model=MODEL, tokens=10**5),
             ),
+            budgets=(
+                BudgetLimit(id=1, scope="tenant", period="month", micros=10**8),
+                BudgetLimit(id=2, scope="key", period="week", micros=10**7, hard=False),
+            ),
+            prepaid=True,
         )
         rules = rules_for(record, model=MODEL, nonce="n-1")
         assert {rule.meter for rule in rules} == set(Meter.ALL)

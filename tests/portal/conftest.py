@@ -68,7 +68,9 @@ def make_record(key: ApiKey, at: datetime, **fields) -> UsageRecord:
     )
     daily.requests += 1
     daily.prompt_tokens += record.prompt_tokens
+    daily.cached_tokens += record.cached_tokens
     daily.completion_tokens += record.completion_tokens
+    daily.cost += record.cost
     daily.save()
     return record
 

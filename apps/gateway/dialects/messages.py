@@ -389,8 +389,8 @@ def _message(
 class MessageEvents:
     """A streamed message's events, from the engine's chat chunks: message_start (with the
     prompt's tokens), each content block (thinking, text, each tool use) started, filled by
-    deltas and stopped in turn, then message_delta with the stop reason and the output tokens,
-    and message_stop."""
+    deltas and stopped in turn, then message_delta with the stop reason and the usage (the
+    output tokens, and the prompt's split into cache reads and the rest), and message_stop."""
 
     def __init__(self, answer: Answer, editor: StreamEditor) -> None:
         self._answer = answer
@@ -478,11 +478,13 @@ class MessageEvents:
             self._editor.stop_sequence,
             tool_calls=self._tool_calls,
         )
-        usage = self._editor.usage or {}
+        usage = self._editor.usage
         delta = {
             "type": "message_delta",
             "delta": {"stop_reason": reason, "stop_sequence": sequence},
-            "usage": {"output_tokens": usage.get("completion_tokens") or 0},
+            # Cumulative, as Anthropic's: the engine counts cache reads only at the stream's
+            # end, so message_start had the whole prompt as input_tokens; this corrects it.
+            "usage": _usage(usage) if usage else {"output_tokens": 0},
         }
         out.append(_event("message_delta", delta))
         out.append(_event("message_stop", {"type": "message_stop"}))

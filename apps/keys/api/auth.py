@@ -63,6 +63,12 @@ def request_membership(request: Request) -> Membership | None:
     return request._dmx_membership
 
 
+def request_tenant_id(request: Request) -> int:
+    """The id of the tenant the caller acts in, for views behind TenantMember (which found it):
+    dmxplatform.api's TENANT_OF, for the apps below this one."""
+    return request_membership(request).tenant_id
+
+
 class TenantMember(permissions.BasePermission):
     """Any member reads; changing anything needs a token that may write."""
 

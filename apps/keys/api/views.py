@@ -1,12 +1,13 @@
-"""The management API's keys, usage, quotas, members, invitations and tokens (a tenant's own),
-and tenants and plans (operators'). Each view checks its input, calls one service or selector
-and serializes; who may call is apps.keys.api.auth's."""
+"""The management API's keys, usage, statements, quotas, members, invitations and tokens (a
+tenant's own), and tenants and plans (operators'). Each view checks its input, calls one
+service or selector and serializes; who may call is apps.keys.api.auth's."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
 from django.urls import reverse
+from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import generics
 from rest_framework.request import Request
@@ -26,6 +27,8 @@ from apps.keys.api.serializers import (
     MemberRoleInput,
     PlanSerializer,
     QuotaStatusOutput,
+    StatementOutput,
+    StatementQuery,
     TenantInput,
     TenantOutput,
     TokenInput,
@@ -48,6 +51,7 @@ from apps.keys.selectors import (
     api_keys_of,
     management_tokens_of,
     quota_status,
+    statement_of,
     tenant_invitations_open,
     tenant_members,
     usage_daily_of,
@@ -211,6 +215,22 @@ class QuotaList(TenantApiMixin, APIView):
     )
     def get(self, request: Request) -> Response:
         return Response(QuotaStatusOutput(quota_status(tenant=self.tenant), many=True).data)
+
+
+class StatementDetail(TenantApiMixin, APIView):
+    @extend_schema(
+        summary="Show the tenant's statement for a month: usage and cost per model",
+        description="From the daily rollups, which add up to the usage records' costs; for a "
+        "prepaid tenant, the month's balance movements by kind too.",
+        tags=["billing"],
+        parameters=[StatementQuery],
+        responses=StatementOutput,
+    )
+    def get(self, request: Request) -> Response:
+        query = StatementQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        month = query.validated_data.get("month") or timezone.now().date()
+        return Response(StatementOutput(statement_of(tenant=self.tenant, month=month)).data)
 
 
 # Members and invitations -----------------------------------------------------------------------

@@ -6,18 +6,26 @@
 -- ARGV[3]   the rules as JSON, [[kind, cost, limit, param], ...] (one argument, made once per
 --           rule set: a dozen arguments cost the caller more to send, and cjson decodes it in
 --           a fifth of the time string patterns took)
---   cost: "t" for the reserved tokens, or a number (1 for a request, 0 for a nonce)
+--   cost: "t" for the reserved tokens, "m" for the reserved money, or a number (1 for a
+--         request, 0 for a nonce)
 --   kind 'r' token bucket:  limit = capacity, param = refill per ms
 --   kind 'c' concurrency:   limit = slots, param = ms after which a slot is presumed leaked
---   kind 'q' period quota:  limit = tokens in the period, param = ttl ms
+--   kind 'q' period quota:  limit = tokens (or money: a budget) in the period, -1 for a soft
+--                           budget that counts and never refuses; param = ttl ms
+--   kind 'b' prepaid balance: money left; a request is admitted only if it covers the cost,
+--                           which is taken from it; a balance not held yet refuses with retry
+--                           -2 (the caller seeds it from the database and asks again)
 --   kind 'n' replay nonce:  param = ttl ms
 -- ARGV[4]   requests a lease should hold (0: no lease; apps/keys/leases.py)
 -- ARGV[5]   tokens a lease should hold
 -- ARGV[6]   the lease's id: its concurrency slots are members id:1 .. id:n
 -- ARGV[7]   the fewest requests worth a lease
+-- ARGV[8]   the money the request reserves, integer micro-units (apps.billing.money)
 -- A lease is taken with the request, from the same buckets, slots and quotas, and is granted
 -- only as far as it takes at most a quarter of what each rule has left after the request, so a
 -- key near a limit is admitted one request at a time.
+-- Rule sets with money rules never get a lease (the gateway does not ask): money held by a
+-- gateway that died would stay held.
 -- Returns {admitted, failed rule (0 if admitted), retry after ms (-1: never), lease requests,
 -- lease tokens, then for each rule: remaining, ms until full again}. Time is Redis's own, so
 -- every gateway agrees on it.
@@ -25,12 +33,17 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local member = ARGV[1]
 local tokens = tonumber(ARGV[2])
+local money = tonumber(ARGV[8]) or 0
 local rules = cjson.decode(ARGV[3])
 local per_token = {}  -- rules whose cost is the reserved tokens (a lease's tokens count there)
+local per_money = {}  -- budgets and balances
 for i = 1, #rules do
   if rules[i][2] == 't' then
     rules[i][2] = tokens
     per_token[i] = true
+  elseif rules[i][2] == 'm' then
+    rules[i][2] = money
+    per_money[i] = true
   end
 end
 local count = #rules
@@ -78,14 +91,27 @@ for i = 1, count do
       reset = param
       expires[i] = true
     end
-    if used + cost > limit then retry = reset end
+    if limit >= 0 and used + cost > limit then retry = reset end
     remaining = limit - used - cost
     room[i] = remaining
+  elseif kind == 'b' then
+    local balance = redis.call('GET', key)
+    if not balance then return {0, i, -2, 0, 0} end
+    balance = tonumber(balance)
+    if balance < cost then retry = -1 end
+    remaining = balance - cost
+    room[i] = 0
   elseif kind == 'n' then
     if redis.call('EXISTS', key) == 1 then retry = 0 end
     room[i] = 0  -- a nonce is good once: a signed request never comes with a lease
   end
   if retry ~= nil then
+    if kind == 'q' and per_money[i] then
+      -- A hard budget refuses before it is spent to the last unit: "<counter>:refused" says it
+      -- turned a request away this period, for the budget-reached alert (same slot: the key's
+      -- hash tag).
+      redis.call('SET', key .. ':refused', 1, 'PX', param)
+    end
     return {0, i, retry, 0, 0}
   end
   report[#report + 1] = math.max(math.floor(remaining), 0)
@@ -131,6 +157,8 @@ for i = 1, count do
   elseif kind == 'q' then
     redis.call('INCRBY', key, cost + leased)
     if expires[i] then redis.call('PEXPIRE', key, param) end
+  elseif kind == 'b' then
+    redis.call('DECRBY', key, cost)
   elseif kind == 'n' then
     redis.call('SET', key, 1, 'PX', param)
   end

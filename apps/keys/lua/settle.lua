@@ -5,18 +5,22 @@
 -- KEYS[n + 1 ..] durable streams (dmxplatform.streams) to append to
 -- ARGV[1]        tokens to give back: reserved minus used (negative when it used more)
 -- ARGV[2]        requests to give back: 0 for a request (it happened), a lease's unused ones
--- ARGV[3]        the rules as JSON, [[kind, limit, param], ...] (as in admit.lua, with kind
---                "rt" for a token bucket, whose tokens are given back)
--- ARGV[4]        m, the number of concurrency slot members to free
--- ARGV[5 .. 4+m] the members: a request's id or lease slot, a lease's unused slots
--- ARGV[5+m ..]   one payload per stream, in KEYS order
--- Token buckets and quotas get tokens back, request buckets requests; slots are freed.
+-- ARGV[3]        money to give back: reserved minus cost, micro-units (negative: it cost more)
+-- ARGV[4]        the rules as JSON, [[kind, limit, param], ...] (as in admit.lua, with kind
+--                "rt" for a token bucket, whose tokens are given back, and "qm" for a budget)
+-- ARGV[5]        m, the number of concurrency slot members to free
+-- ARGV[6 .. 5+m] the members: a request's id or lease slot, a lease's unused slots
+-- ARGV[6+m ..]   one payload per stream, in KEYS order
+-- Token buckets and quotas get tokens back, request buckets requests, budgets and balances
+-- money; slots are freed. A counter that is gone (its period over, or lost with Redis and not
+-- seeded again yet) is left alone: what it held went with it.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local tokens = tonumber(ARGV[1])
 local requests = tonumber(ARGV[2])
-local specs = cjson.decode(ARGV[3])
-local members = tonumber(ARGV[4])
+local money = tonumber(ARGV[3])
+local specs = cjson.decode(ARGV[4])
+local members = tonumber(ARGV[5])
 local rules = #specs
 
 local function refill(key, limit, param, amount)
@@ -36,15 +40,23 @@ for i = 1, rules do
   elseif kind == 'r' and requests ~= 0 then
     refill(key, limit, param, requests)
   elseif kind == 'c' and members > 0 then
-    redis.call('ZREM', key, unpack(ARGV, 5, 4 + members))
+    redis.call('ZREM', key, unpack(ARGV, 6, 5 + members))
   elseif kind == 'q' and tokens ~= 0 then
     if redis.call('EXISTS', key) == 1 then
       redis.call('DECRBY', key, tokens)
+    end
+  elseif kind == 'qm' and money ~= 0 then
+    if redis.call('EXISTS', key) == 1 then
+      redis.call('DECRBY', key, money)
+    end
+  elseif kind == 'b' and money ~= 0 then
+    if redis.call('EXISTS', key) == 1 then
+      redis.call('INCRBY', key, money)
     end
   end
 end
 
 for i = rules + 1, #KEYS do
-  redis.call('XADD', KEYS[i], '*', 'e', ARGV[4 + members + i - rules])
+  redis.call('XADD', KEYS[i], '*', 'e', ARGV[5 + members + i - rules])
 end
 return 1

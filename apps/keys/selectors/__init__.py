@@ -5,10 +5,12 @@ One module per subdomain:
     tenancy   memberships and the tenant a session works in, members, invitations, tokens
     usage     usage records and their search, daily rollups and series, the per-minute series
     quotas    token quotas and where each one's period stands
+    statements  a tenant's monthly statement: usage and cost per model, balance movements
 """
 
-from apps.keys.selectors.api_keys import api_keys_of, key_record_from_row, key_record_load
+from apps.keys.selectors.api_keys import api_keys_of, key_record_load
 from apps.keys.selectors.quotas import QuotaStatus, quota_status, quota_status_all
+from apps.keys.selectors.statements import Statement, StatementLine, month_bounds, statement_of
 from apps.keys.selectors.tenancy import (
     SESSION_TENANT,
     invitation_find,
@@ -43,15 +45,18 @@ __all__ = [
     "MinuteSeries",
     "ModelMinutes",
     "QuotaStatus",
+    "Statement",
+    "StatementLine",
     "api_keys_of",
     "invitation_find",
-    "key_record_from_row",
     "key_record_load",
     "management_tokens_of",
     "membership_find",
     "memberships_of",
+    "month_bounds",
     "quota_status",
     "quota_status_all",
+    "statement_of",
     "tenant_invitations_open",
     "tenant_members",
     "usage_by_key",

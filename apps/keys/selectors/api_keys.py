@@ -6,7 +6,9 @@ from django.db.models import F, OuterRef, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from apps.keys.keycache import KeyRecord, Limits, Quota
+from apps.billing.choices import BillingMode
+from apps.billing.money import MULTIPLIER_SCALE, multiplier_units, to_micros
+from apps.keys.keycache import BudgetLimit, KeyRecord, Limits, Quota
 from apps.keys.models import ApiKey, RateLimits, Tenant, UsageDaily, UsageRecord
 
 
@@ -31,6 +33,7 @@ def key_record_from_row(key: ApiKey) -> KeyRecord:
         quotas.append(
             Quota(scope="key", period=key.token_quota_period, model="", tokens=key.token_quota)
         )
+    account = getattr(key.tenant, "billing_account", None)
     return KeyRecord(
         id=key.id,
         key_id=key.key_id,
@@ -50,14 +53,28 @@ def key_record_from_row(key: ApiKey) -> KeyRecord:
         previous_valid_until=(
             key.previous_secret_expires_at.timestamp() if key.previous_secret_expires_at else None
         ),
+        plan=plan.name if plan else "",
+        price_multiplier=multiplier_units(plan.price_multiplier) if plan else MULTIPLIER_SCALE,
+        budgets=tuple(
+            BudgetLimit(
+                id=budget.id,
+                scope="key" if budget.api_key_id else "tenant",
+                period=budget.period,
+                micros=to_micros(budget.amount),
+                hard=budget.hard,
+            )
+            for budget in key.tenant.budgets.all()
+            if budget.api_key_id in (None, key.id)
+        ),
+        prepaid=account is not None and account.mode == BillingMode.PREPAID,
     )
 
 
 def key_record_load(key_id: str) -> KeyRecord | None:
     """Return a key's record from the database, or None when the id is unknown."""
     key = (
-        ApiKey.objects.select_related("tenant__plan")
-        .prefetch_related("tenant__plan__quotas")
+        ApiKey.objects.select_related("tenant__plan", "tenant__billing_account")
+        .prefetch_related("tenant__plan__quotas", "tenant__budgets")
         .filter(key_id=key_id)
         .first()
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
+from decimal import Decimal
 
 from django.db import connections
 from django.db.models import Count, F, Q, QuerySet, Sum
@@ -84,12 +85,16 @@ def usage_daily_of(*, tenant: Tenant, since: date | None = None) -> QuerySet[Usa
 
 @dataclass(frozen=True)
 class DailySeries:
-    """Requests and tokens per day (every day of the window, zeros included) and per model."""
+    """Requests, tokens and cost per day (every day of the window, zeros included) and per
+    model; cost is a Decimal in DMX_CURRENCY, the sum of the records' own costs."""
 
     days: list[date]
     requests: list[int]
     tokens: list[int]
     tokens_by_model: dict[str, list[int]]
+    cached_tokens: list[int]
+    cost: list[Decimal]
+    cost_by_model: dict[str, list[Decimal]]
 
 
 def usage_daily_series(*, tenant: Tenant, days: int = 30) -> DailySeries:
@@ -97,26 +102,42 @@ def usage_daily_series(*, tenant: Tenant, days: int = 30) -> DailySeries:
     today = timezone.now().date()
     window = [today - timedelta(days=n) for n in range(days - 1, -1, -1)]
     index = {day: i for i, day in enumerate(window)}
-    requests, tokens = [0] * days, [0] * days
+    requests, tokens, cached = [0] * days, [0] * days, [0] * days
+    cost = [Decimal(0)] * days
     by_model: dict[str, list[int]] = {}
+    cost_by_model: dict[str, list[Decimal]] = {}
     rows = (
         usage_daily_of(tenant=tenant, since=window[0])
         .values("day", "model")
         .annotate(
             requests_sum=Sum("requests"),
             tokens_sum=Sum(F("prompt_tokens") + F("completion_tokens")),
+            cached_sum=Sum("cached_tokens"),
+            cost_sum=Sum("cost"),
         )
     )
     for row in rows:
         i = index[row["day"]]
         requests[i] += row["requests_sum"]
         tokens[i] += row["tokens_sum"]
+        cached[i] += row["cached_sum"]
+        cost[i] += row["cost_sum"]
         by_model.setdefault(row["model"], [0] * days)[i] += row["tokens_sum"]
-    return DailySeries(days=window, requests=requests, tokens=tokens, tokens_by_model=by_model)
+        cost_by_model.setdefault(row["model"], [Decimal(0)] * days)[i] += row["cost_sum"]
+    return DailySeries(
+        days=window,
+        requests=requests,
+        tokens=tokens,
+        tokens_by_model=by_model,
+        cached_tokens=cached,
+        cost=cost,
+        cost_by_model=cost_by_model,
+    )
 
 
 def usage_by_key(*, tenant: Tenant, since: date) -> QuerySet:
-    """Per key since a day: requests, errors and tokens, most tokens first."""
+    """Per key since a day: requests, errors, tokens (cached among the prompt's) and cost,
+    most tokens first."""
     return (
         usage_daily_of(tenant=tenant, since=since)
         .values("api_key__key_id", "api_key__name")
@@ -126,7 +147,9 @@ def usage_by_key(*, tenant: Tenant, since: date) -> QuerySet:
             requests=Sum("requests"),
             errors=Sum("errors"),
             prompt_tokens=Sum("prompt_tokens"),
+            cached_tokens=Sum("cached_tokens"),
             completion_tokens=Sum("completion_tokens"),
+            cost=Sum("cost"),
         )
         .order_by("-total_tokens")
     )

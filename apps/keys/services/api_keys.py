@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from apps.keys.keycache import invalidation_channel, invalidation_message, record_key
 from apps.keys.models import KEY_PREFIX, ApiKey, Tenant
-from apps.keys.selectors.api_keys import key_record_from_row
+from apps.keys.selectors.api_keys import key_record_load
 from apps.keys.signing import signing_secret_issue
 from dmxplatform import credentials
 from dmxplatform.redis_client import sync_redis
@@ -47,8 +47,13 @@ def _check_within_plan(key: ApiKey) -> None:
 
 
 def api_key_publish(key: ApiKey) -> None:
-    """Write a key's record to Redis and tell every gateway, once the transaction commits."""
-    record = key_record_from_row(key)
+    """Write a key's record to Redis and tell every gateway, once the transaction commits.
+
+    The record is read afresh, not built from the caller's instance: its tenant may carry
+    related rows cached before a change (a billing account made since, budgets set since)."""
+    record = key_record_load(key.key_id)
+    if record is None:
+        return
 
     def publish() -> None:
         client = sync_redis()

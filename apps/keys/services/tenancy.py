@@ -79,12 +79,9 @@ def tenant_approve(*, tenant: Tenant) -> Tenant:
 
 
 def tenant_keys_publish(*, tenant_ids: list[int]) -> int:
-    """Push the keys of tenants whose plan or status changed; return how many."""
-    keys = list(
-        ApiKey.objects.filter(tenant_id__in=tenant_ids)
-        .select_related("tenant__plan")
-        .prefetch_related("tenant__plan__quotas")
-    )
+    """Push the keys of tenants whose plan, status or billing (budgets, prepaid or not)
+    changed; return how many."""
+    keys = list(ApiKey.objects.filter(tenant_id__in=tenant_ids))
     for key in keys:
         api_key_publish(key)
     return len(keys)

@@ -6,18 +6,23 @@ import contextlib
 from collections import defaultdict
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import orjson
 from django.db import connection
 from django.db.models import F
 from django.utils import timezone
 
+from apps.billing.money import from_micros
+from apps.billing.services import Charge, usage_charges
 from apps.keys import ledger
 from apps.keys.choices import UsageStatus
 from apps.keys.models import UsageDaily, UsageRecord
 from dmxplatform import streams
 from dmxplatform.redis_client import request_redis
 
+# What a daily rollup adds up.
+_ROLLED_UP = ("requests", "errors", "prompt_tokens", "cached_tokens", "completion_tokens", "cost")
 # Rows deleted per statement when pruning: small enough not to hold long locks.
 USAGE_PRUNE_BATCH = 10_000
 
@@ -40,7 +45,9 @@ def _usage_row(event: ledger.UsageEvent) -> UsageRecord:
         http_status=event.http_status,
         error_code=event.error_code,
         prompt_tokens=event.prompt_tokens,
+        cached_tokens=event.cached_tokens,
         completion_tokens=event.completion_tokens,
+        cost=from_micros(event.cost_micros),
         duration_ms=event.duration_ms,
         time_to_first_token_ms=event.time_to_first_token_ms,
         estimated_prompt_tokens=event.estimated_prompt_tokens,
@@ -54,30 +61,22 @@ def _usage_row(event: ledger.UsageEvent) -> UsageRecord:
 
 def _usage_rollup(rows: list[UsageRecord]) -> None:
     """Add rows to their (day, key, model) totals; runs in the rows' own transaction."""
-    totals: dict[tuple, list[int]] = defaultdict(lambda: [0, 0, 0, 0])
+    totals: dict[tuple, dict[str, Any]] = defaultdict(lambda: dict.fromkeys(_ROLLED_UP, 0))
     for row in rows:
         total = totals[(row.created_at.date(), row.api_key_id, row.tenant_id, row.model)]
-        total[0] += 1
-        total[1] += row.status != UsageStatus.OK
-        total[2] += row.prompt_tokens
-        total[3] += row.completion_tokens
-    for (day, key_id, tenant_id, model), (requests, errors, prompt, completion) in totals.items():
+        total["requests"] += 1
+        total["errors"] += row.status != UsageStatus.OK
+        total["prompt_tokens"] += row.prompt_tokens
+        total["cached_tokens"] += row.cached_tokens
+        total["completion_tokens"] += row.completion_tokens
+        total["cost"] += row.cost
+    for (day, key_id, tenant_id, model), total in totals.items():
         updated = UsageDaily.objects.filter(day=day, api_key_id=key_id, model=model).update(
-            requests=F("requests") + requests,
-            errors=F("errors") + errors,
-            prompt_tokens=F("prompt_tokens") + prompt,
-            completion_tokens=F("completion_tokens") + completion,
+            **{name: F(name) + value for name, value in total.items()}
         )
         if not updated:
             UsageDaily.objects.create(
-                day=day,
-                api_key_id=key_id,
-                tenant_id=tenant_id,
-                model=model,
-                requests=requests,
-                errors=errors,
-                prompt_tokens=prompt,
-                completion_tokens=completion,
+                day=day, api_key_id=key_id, tenant_id=tenant_id, model=model, **total
             )
 
 
@@ -100,6 +99,13 @@ def _usage_insert(entries: list[tuple[bytes, ledger.UsageEvent]]) -> None:
     _check_constraints_now()
     UsageRecord.objects.bulk_create(rows)
     _usage_rollup(rows)
+    # Prepaid requests' charges, with their records: a record and its charge are stored together
+    # or not at all.
+    usage_charges(
+        Charge(event.tenant_id, event.request_id, event.cost_micros)
+        for _, event in entries
+        if event.prepaid and event.request_id in fresh
+    )
 
 
 def usage_prune(*, older_than_days: int, batch_size: int = USAGE_PRUNE_BATCH) -> int:

@@ -27,5 +27,28 @@
       },
       options: { ...common, scales: { x: { stacked: true }, y: { ...common.scales.y, stacked: true } } },
     }),
+    // Costs come as decimal strings: drawn as numbers, never added up here (the table and the
+    // statement carry the exact sums).
+    cost: new Chart(document.getElementById("cost-chart"), {
+      type: "bar",
+      data: {
+        labels,
+        datasets: Object.entries(data.cost_by_model).map(([model, values], i) => ({
+          label: model, data: values.map(Number), backgroundColor: palette[i % palette.length],
+        })),
+      },
+      options: {
+        ...common,
+        plugins: {
+          ...common.plugins,
+          tooltip: {
+            callbacks: {
+              label: (item) => `${item.dataset.label}: ${data.cost_by_model[item.dataset.label][item.dataIndex]} ${data.currency}`,
+            },
+          },
+        },
+        scales: { x: { stacked: true }, y: { beginAtZero: true, stacked: true } },
+      },
+    }),
   };
 })();

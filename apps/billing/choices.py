@@ -1,0 +1,24 @@
+from django.db import models
+
+
+class BillingMode(models.TextChoices):
+    """Postpaid tenants are billed for what they used; prepaid ones spend a balance first."""
+
+    POSTPAID = "postpaid", "Postpaid"
+    PREPAID = "prepaid", "Prepaid"
+
+
+class MovementKind(models.TextChoices):
+    TOP_UP = "top_up", "Top-up"
+    REDEMPTION = "redemption", "Redemption code"
+    CHARGE = "charge", "Usage charge"
+    REFUND = "refund", "Refund"
+    ADJUSTMENT = "adjustment", "Adjustment"
+
+
+class BudgetPeriod(models.TextChoices):
+    """UTC calendar periods; a week starts on Monday (ISO 8601)."""
+
+    DAY = "day", "Day"
+    WEEK = "week", "Week"
+    MONTH = "month", "Month"

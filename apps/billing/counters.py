@@ -1,0 +1,39 @@
+"""The counters the gateways check money against: a tenant's prepaid balance and its budgets'
+spend per period, in micro-units, in Redis beside (in the same cluster slot as) the tenant's
+rate-limit counters, so that one admission script checks them all. Budget periods are UTC
+calendar days, ISO weeks (from Monday) and months."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from apps.billing.choices import BudgetPeriod
+from dmxplatform.redis_client import tenant_rkey
+
+
+def balance_key(tenant_id: int) -> str:
+    # tenant_rkey names the tenant's shard only: the key names the tenant itself.
+    return tenant_rkey(tenant_id, "balance", tenant_id)
+
+
+def spend_key(tenant_id: int, budget_id: int, label: str) -> str:
+    """The spend counter of one budget in the period `label` (period_bounds)."""
+    return tenant_rkey(tenant_id, "spend", tenant_id, budget_id, label)
+
+
+def refused_key(tenant_id: int, budget_id: int, label: str) -> str:
+    """Set by the admission script when the budget turned a request away in the period."""
+    return spend_key(tenant_id, budget_id, label) + ":refused"
+
+
+def period_bounds(period: str, now: datetime) -> tuple[str, datetime, datetime]:
+    """The label, start and end of the UTC period containing `now`."""
+    day = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    if period == BudgetPeriod.DAY:
+        return day.strftime("%Y%m%d"), day, day + timedelta(days=1)
+    if period == BudgetPeriod.WEEK:
+        start = day - timedelta(days=day.weekday())
+        year, week, _ = start.isocalendar()
+        return f"{year}W{week:02d}", start, start + timedelta(days=7)
+    start = day.replace(day=1)
+    return start.strftime("%Y%m"), start, (start + timedelta(days=32)).replace(day=1)

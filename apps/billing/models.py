@@ -1,0 +1,189 @@
+"""Prices, budgets, prepaid balances and redemption codes.
+
+Billing refers to tenants, keys and model versions by their apps' labels only (string foreign
+keys): it sits below them in the layers and imports neither. Every amount is a Decimal of six
+places (apps.billing.money converts to the micro-units the hot path counts in).
+"""
+
+from __future__ import annotations
+
+from django.core.validators import MinValueValidator
+from django.db import models
+
+from apps.billing.choices import BillingMode, BudgetPeriod, MovementKind
+
+PRICE = {"max_digits": 12, "decimal_places": 6, "validators": [MinValueValidator(0)]}
+AMOUNT = {"max_digits": 20, "decimal_places": 6}
+
+
+class Price(models.Model):
+    """A model version's prices per million tokens from `effective_from` on, until a later row
+    for the version takes over. Rows are never changed: a new price is a new row, so a past
+    request's cost never moves. All zero is a free model, marked so by an operator."""
+
+    model_version = models.ForeignKey(
+        "models.ModelVersion", on_delete=models.PROTECT, related_name="prices"
+    )
+    input_per_million = models.DecimalField(**PRICE, help_text="Prompt tokens.")
+    cached_input_per_million = models.DecimalField(
+        **PRICE, help_text="Prompt tokens the engine served from its prefix cache."
+    )
+    output_per_million = models.DecimalField(**PRICE, help_text="Generated tokens.")
+    effective_from = models.DateTimeField()
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.CharField(max_length=150, blank=True, editable=False)
+
+    class Meta:
+        ordering = ["model_version", "-effective_from"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["model_version", "effective_from"], name="price_version_from_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model_version} from {self.effective_from:%Y-%m-%d %H:%M}"
+
+    @property
+    def free(self) -> bool:
+        return not (
+            self.input_per_million or self.cached_input_per_million or self.output_per_million
+        )
+
+
+class BillingAccount(models.Model):
+    """A tenant's money: prepaid or postpaid, its balance (prepaid), and where its alerts go."""
+
+    tenant = models.OneToOneField(
+        "keys.Tenant", on_delete=models.CASCADE, related_name="billing_account"
+    )
+    mode = models.CharField(max_length=8, choices=BillingMode.choices, default=BillingMode.POSTPAID)
+    balance = models.DecimalField(**AMOUNT, default=0)
+    # Bumped with every movement, so two writers never both base a movement on one balance.
+    version = models.PositiveBigIntegerField(default=0, editable=False)
+    low_balance_threshold = models.DecimalField(
+        **AMOUNT, null=True, blank=True, help_text="Alert when the balance falls below this."
+    )
+    notify_email = models.EmailField(blank=True, help_text="Empty: the tenant's owners.")
+    webhook_url = models.URLField(blank=True)
+    webhook_secret = models.CharField(max_length=64, blank=True, editable=False)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(balance__gte=0), name="billing_balance_not_negative"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant} ({self.get_mode_display()})"
+
+
+class BalanceMovement(models.Model):
+    """One change of a balance; the balance is always the sum of its account's movements."""
+
+    account = models.ForeignKey(BillingAccount, on_delete=models.PROTECT, related_name="movements")
+    kind = models.CharField(max_length=12, choices=MovementKind.choices)
+    amount = models.DecimalField(**AMOUNT, help_text="Positive credits, negative debits.")
+    balance_after = models.DecimalField(**AMOUNT)
+    # usage:<request id>, redeem:<code id>, topup:<client's key>: a movement happens once.
+    idempotency_key = models.CharField(max_length=128, unique=True)
+    note = models.CharField(max_length=255, blank=True)
+    actor = models.CharField(max_length=150, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["account", "created_at"], name="movement_account_time_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} {self.amount}"
+
+
+class Budget(models.Model):
+    """A spending limit per UTC period for a tenant, or for one of its keys: hard refuses the
+    request that could pass it, soft only alerts."""
+
+    tenant = models.ForeignKey("keys.Tenant", on_delete=models.CASCADE, related_name="budgets")
+    api_key = models.ForeignKey(
+        "keys.ApiKey",
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="budgets",
+        help_text="Empty: the tenant's whole spend.",
+    )
+    period = models.CharField(max_length=8, choices=BudgetPeriod.choices)
+    amount = models.DecimalField(**AMOUNT, validators=[MinValueValidator(0)])
+    hard = models.BooleanField(default=True, help_text="Refuse past it; otherwise only alert.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["tenant", "period"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "api_key", "period"],
+                nulls_distinct=False,
+                name="budget_owner_period_unique",
+            )
+        ]
+
+    def __str__(self) -> str:
+        owner = f"key {self.api_key_id}" if self.api_key_id else "tenant"
+        return f"{self.tenant} {owner} {self.amount}/{self.period}"
+
+
+class RedemptionBatch(models.Model):
+    """Codes an operator generated together: same face value and expiry."""
+
+    face_value = models.DecimalField(**AMOUNT, validators=[MinValueValidator(0)])
+    count = models.PositiveIntegerField()
+    expires_at = models.DateTimeField(null=True, blank=True)
+    note = models.CharField(max_length=255, blank=True)
+    created_by = models.CharField(max_length=150, blank=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name_plural = "redemption batches"
+
+    def __str__(self) -> str:
+        return f"{self.count} x {self.face_value} ({self.created_at:%Y-%m-%d})"
+
+
+class RedemptionCode(models.Model):
+    """One code, stored as its HMAC (the code itself is shown once, at generation)."""
+
+    batch = models.ForeignKey(RedemptionBatch, on_delete=models.CASCADE, related_name="codes")
+    code_hash = models.CharField(max_length=64, unique=True, editable=False)
+    hint = models.CharField(max_length=8, editable=False, help_text="The code's last characters.")
+    redeemed_by = models.ForeignKey(
+        "keys.Tenant", on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    redeemed_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"…{self.hint}"
+
+
+class Notification(models.Model):
+    """An alert, sent once per subject and period (a budget at 80% in May is one row)."""
+
+    tenant = models.ForeignKey("keys.Tenant", on_delete=models.CASCADE, related_name="+")
+    kind = models.CharField(max_length=32)
+    subject = models.CharField(max_length=64, help_text="What it is about: budget:<id>, ...")
+    period = models.CharField(max_length=16)
+    payload = models.JSONField(default=dict)
+    email_sent_at = models.DateTimeField(null=True, blank=True)
+    webhook_sent_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "kind", "subject", "period"], name="notification_once"
+            )
+        ]
