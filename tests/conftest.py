@@ -247,8 +247,8 @@ def wait_for_refresh(running: RunningPlatform, *, timeout: float = 30) -> None:
 
 
 def wait_until_served(running: RunningPlatform, model: str, worker: stack_module.Worker) -> None:
-    """Block until the worker's node is live and the gateway lists `model`; fail with the
-    worker's log if it dies first."""
+    """Block until the worker's node is live, the gateway lists `model` and every replica has
+    refreshed since; fail with the worker's log if it dies first."""
 
     def node_live() -> bool:
         node = fleet_node(worker.node_name)
@@ -268,6 +268,9 @@ def wait_until_served(running: RunningPlatform, model: str, worker: stack_module
         interval=0.5,
         what=f"a node serving {model}",
     )
+    # The first replica lists it; the others route on the node once they refreshed after it
+    # came up (a test that sent to both at once got a 503 from the one that had not yet).
+    wait_for_refresh(running)
 
 
 @pytest.fixture

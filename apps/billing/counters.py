@@ -16,6 +16,11 @@ def balance_key(tenant_id: int) -> str:
     return tenant_rkey(tenant_id, "balance", tenant_id)
 
 
+def credited_key(tenant_id: int, idempotency_key: str) -> str:
+    """Marks a credit Redis's copy of the balance took, so that a retried call takes it once."""
+    return tenant_rkey(tenant_id, "credited", tenant_id, idempotency_key)
+
+
 def spend_key(tenant_id: int, budget_id: int, label: str) -> str:
     """The spend counter of one budget in the period `label` (period_bounds)."""
     return tenant_rkey(tenant_id, "spend", tenant_id, budget_id, label)

@@ -7,13 +7,16 @@ places (apps.billing.money converts to the micro-units the hot path counts in).
 
 from __future__ import annotations
 
-from django.core.validators import MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
 from apps.billing.choices import BillingMode, BudgetPeriod, MovementKind
+from apps.billing.money import MAX_AMOUNT
 
 PRICE = {"max_digits": 12, "decimal_places": 6, "validators": [MinValueValidator(0)]}
 AMOUNT = {"max_digits": 20, "decimal_places": 6}
+# What people set: a budget, a threshold, a code's face value.
+SET_AMOUNT = [MinValueValidator(0), MaxValueValidator(MAX_AMOUNT)]
 
 
 class Price(models.Model):
@@ -62,7 +65,11 @@ class BillingAccount(models.Model):
     # Bumped with every movement, so two writers never both base a movement on one balance.
     version = models.PositiveBigIntegerField(default=0, editable=False)
     low_balance_threshold = models.DecimalField(
-        **AMOUNT, null=True, blank=True, help_text="Alert when the balance falls below this."
+        **AMOUNT,
+        null=True,
+        blank=True,
+        validators=SET_AMOUNT,
+        help_text="Alert when the balance falls below this.",
     )
     notify_email = models.EmailField(blank=True, help_text="Empty: the tenant's owners.")
     webhook_url = models.URLField(blank=True)
@@ -115,7 +122,7 @@ class Budget(models.Model):
         help_text="Empty: the tenant's whole spend.",
     )
     period = models.CharField(max_length=8, choices=BudgetPeriod.choices)
-    amount = models.DecimalField(**AMOUNT, validators=[MinValueValidator(0)])
+    amount = models.DecimalField(**AMOUNT, validators=SET_AMOUNT)
     hard = models.BooleanField(default=True, help_text="Refuse past it; otherwise only alert.")
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -137,7 +144,7 @@ class Budget(models.Model):
 class RedemptionBatch(models.Model):
     """Codes an operator generated together: same face value and expiry."""
 
-    face_value = models.DecimalField(**AMOUNT, validators=[MinValueValidator(0)])
+    face_value = models.DecimalField(**AMOUNT, validators=SET_AMOUNT)
     count = models.PositiveIntegerField()
     expires_at = models.DateTimeField(null=True, blank=True)
     note = models.CharField(max_length=255, blank=True)

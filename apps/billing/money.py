@@ -19,6 +19,11 @@ MICROS = 1_000_000
 TOKENS_PER_PRICE = 1_000_000
 MULTIPLIER_SCALE = 10_000
 _QUANTUM = Decimal("0.000001")
+# The most any amount (a budget, a credit, a code's face value, a balance) may be: its
+# micro-units stay below 2**53, which Lua's numbers (doubles) hold exactly, and far below the
+# int64 of Redis's counters. Inputs take this many digits (six of them after the point).
+MAX_AMOUNT = Decimal("1000000000")
+AMOUNT_INPUT_DIGITS = 16
 
 
 def to_micros(amount: Decimal) -> int:

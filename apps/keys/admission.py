@@ -47,13 +47,23 @@ def _money_refusal(admission: Admission, money: int) -> ApplicationError:
             "Top up or redeem a code to go on.",
             code=BillingErrorCode.BALANCE_TOO_LOW,
             error_type="insufficient_quota",
+            # Every 429 says when to try again; a balance comes back with a top-up, any time.
+            headers={"Retry-After": str(settings.DMX_RETRY_AFTER_SECONDS)},
+        )
+    owner = "this key's" if rule.scope == "key" else "your"
+    budget = f"{_PERIOD_WORDS.get(rule.period, rule.period)} budget"
+    if admission.retry_after_ms < 0:
+        return RateLimitError(
+            f"This request may cost up to {cost}, more than {owner} whole {budget} of "
+            f"{from_micros(int(rule.limit))} {currency}: lower max_tokens or the prompt.",
+            code=BillingErrorCode.BUDGET_EXCEEDED,
+            headers={"Retry-After": str(NEVER_FITS_RETRY_SECONDS)},
+            error_type="insufficient_quota",
         )
     retry = max(1, math.ceil(admission.retry_after_ms / 1000))
-    owner = "this key's" if rule.scope == "key" else "your"
     return RateLimitError(
-        f"You reached {owner} {_PERIOD_WORDS.get(rule.period, rule.period)} budget of "
-        f"{from_micros(int(rule.limit))} {currency}: this request may cost up to {cost}. The "
-        f"budget resets in {retry} s.",
+        f"You reached {owner} {budget} of {from_micros(int(rule.limit))} {currency}: this "
+        f"request may cost up to {cost}. The budget resets in {retry} s.",
         code=BillingErrorCode.BUDGET_EXCEEDED,
         headers={"Retry-After": str(retry)},
         error_type="insufficient_quota",

@@ -146,11 +146,12 @@ class KeyGate:
         return Lease(self, key, request_id, usage)
 
     async def seed_balance(self, tenant_id: int) -> int:
-        """Give Redis a prepaid balance it does not hold, from the book of record; without
-        the database it cannot be known, and the request is refused as without Redis."""
+        """Give Redis a prepaid balance it does not hold, from the book of record; without the
+        database (or Redis, which the seed writes) it cannot be known, and the request is
+        refused as without Redis."""
         try:
             return await self._balance_seed(tenant_id)
-        except DatabaseError as exc:
+        except (DatabaseError, RedisError) as exc:
             raise RedisUnavailable(f"prepaid balance of tenant {tenant_id} unknown: {exc}") from exc
 
     def keep(self, request_id: str, entries: list[Entry]) -> None:

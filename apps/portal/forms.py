@@ -13,13 +13,13 @@ from django.utils import timezone
 
 from apps.billing.choices import BudgetPeriod
 from apps.billing.models import BillingAccount
+from apps.billing.money import AMOUNT_INPUT_DIGITS, MAX_AMOUNT
 from apps.keys.choices import MemberRole, QuotaPeriod, TokenScope
 from apps.keys.models import ApiKey, Plan
 from apps.keys.services import MAX_ROTATION_GRACE
 from apps.models.selectors import llm_models_active
 
 # Amounts are stored with six decimal places (apps.billing.money): a form takes no finer one.
-AMOUNT_DIGITS = 20
 AMOUNT_PLACES = 6
 # No usage is older than the platform: an earlier month is a typing slip (and year 1's
 # previous month is no date at all).
@@ -171,9 +171,10 @@ class UsageExportForm(forms.Form):
 def _amount(label: str, **kwargs) -> forms.DecimalField:
     return forms.DecimalField(
         label=f"{label} ({settings.DMX_CURRENCY})",
-        max_digits=AMOUNT_DIGITS,
+        max_digits=AMOUNT_INPUT_DIGITS,
         decimal_places=AMOUNT_PLACES,
         min_value=Decimal(0),
+        max_value=MAX_AMOUNT,
         **kwargs,
     )
 

@@ -190,3 +190,34 @@ def test_any_interleaving_keeps_the_balance_the_sum_of_its_movements_and_never_n
         balance = account_of(tenant.id).balance
         assert balance >= 0
         assert balance == movements_sum(tenant.id)
+
+
+@pytest.mark.django_db
+def test_a_credit_whose_commit_failed_reaches_redis_once_when_it_is_retried():
+    from django.db import transaction
+
+    tenant = make_tenant()
+    balance_seed(tenant.id)
+    with pytest.raises(RuntimeError), transaction.atomic():
+        top_up(tenant_id=tenant.id, amount=Decimal("2"), actor="ops", key="retried")
+        raise RuntimeError("the commit never happens")
+    assert account_of(tenant.id).balance == 0 and held(tenant.id) == 2_000_000
+    top_up(tenant_id=tenant.id, amount=Decimal("2"), actor="ops", key="retried")
+    assert account_of(tenant.id).balance == Decimal("2") and held(tenant.id) == 2_000_000
+
+
+@pytest.mark.django_db
+def test_amounts_past_the_limit_are_refused():
+    from django.core.exceptions import ValidationError
+
+    from apps.billing.money import MAX_AMOUNT
+    from apps.billing.services import budget_set
+
+    tenant = make_tenant()
+    with pytest.raises(ValidationError):
+        budget_set(tenant_id=tenant.id, period="month", amount=MAX_AMOUNT + 1)
+    top_up(tenant_id=tenant.id, amount=MAX_AMOUNT, actor="ops")
+    with pytest.raises(ValidationError):
+        top_up(tenant_id=tenant.id, amount=Decimal("0.000001"), actor="ops")
+    with pytest.raises(ValueError):
+        codes_generate(face_value=MAX_AMOUNT + 1, count=1)

@@ -248,6 +248,17 @@ def test_a_webhook_to_the_platforms_own_network_is_refused(receiver, mailoutbox,
 
 
 @pytest.mark.django_db
+def test_a_webhook_url_with_a_bad_port_fails_its_delivery_not_the_task(mailoutbox):
+    tenant, owner_email = owned_tenant()
+    prepaid(tenant, balance="1", threshold="5", webhook_url="https://hooks.example.com:99999/x")
+    [notification_id] = raised(tenant)
+    delivery = notification_deliver(notification_id=notification_id)
+    assert not delivery.delivered and delivery.retry_in is not None
+    assert Notification.objects.get(pk=notification_id).email_sent_at is not None
+    assert len(mail_to(mailoutbox, owner_email)) == 1
+
+
+@pytest.mark.django_db
 def test_a_balance_alerts_once_per_dip_below_the_threshold():
     tenant = make_tenant()
     account = prepaid(tenant, balance="20", threshold="10")

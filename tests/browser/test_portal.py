@@ -86,7 +86,7 @@ def test_a_key_from_sign_up_to_revocation(platform, developer: Developer, shoot)
     # The call in the table by key and in both charts (today is the last day of each).
     row = usage_row(page, key_id, requests=1)
     total = completion.usage.total_tokens
-    assert row.locator("td").nth(6).inner_text() == str(total)
+    assert row.locator("td").nth(7).inner_text() == str(total)  # the "Total tokens" column
     charts = page.evaluate(
         """() => ({
             requests: Chart.getChart("requests-chart").data.datasets[0].data.at(-1),

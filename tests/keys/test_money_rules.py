@@ -147,23 +147,28 @@ def test_a_budget_refusal_names_the_budget_and_when_it_resets():
     record = make_key_record(budgets=(BudgetLimit(id=9, scope="key", period="week", micros=10),))
 
     async def scenario(limiter):
-        with pytest.raises(RateLimitError) as refused:
-            await admit(
+        async def one(request_id):
+            return await admit(
                 limiter,
-                request_id="r1",
+                request_id=request_id,
                 key=record,
                 model="m",
                 reserve=1,
-                money=11,
+                money=6,
                 nonce=None,
                 seed=None,
             )
+
+        await one("r1")
+        with pytest.raises(RateLimitError) as refused:
+            await one("r2")
         return refused.value
 
     refused = run_with_redis(lambda redis: scenario(Limiter(redis)))
     assert refused.code == "insufficient_quota" and refused.error_type == "insufficient_quota"
     assert "this key's weekly budget of 0.000010 USD" in refused.message
-    assert int(refused.headers["Retry-After"]) <= 8 * 86400
+    assert "may cost up to 0.000006 USD" in refused.message
+    assert 0 < int(refused.headers["Retry-After"]) <= 8 * 86400
 
 
 def test_rule_sets_with_money_are_never_leased():
@@ -183,3 +188,61 @@ def test_each_tenant_has_its_own_balance_and_spend_counters(settings):
     one = rules_for(make_key_record(tenant_id=1, prepaid=True, budgets=(MONTH_BUDGET,)), model="m")
     two = rules_for(make_key_record(tenant_id=2, prepaid=True, budgets=(MONTH_BUDGET,)), model="m")
     assert not {rule.key for rule in one} & {rule.key for rule in two}
+
+
+def test_a_request_that_costs_more_than_the_whole_budget_never_fits_and_flags_nothing():
+    record = make_key_record(budgets=(BudgetLimit(id=5, scope="tenant", period="day", micros=10),))
+
+    async def scenario(limiter):
+        with pytest.raises(RateLimitError) as refused:
+            await admit(
+                limiter,
+                request_id="r1",
+                key=record,
+                model="m",
+                reserve=1,
+                money=11,
+                nonce=None,
+                seed=None,
+            )
+        return refused.value
+
+    refused = run_with_redis(lambda redis: scenario(Limiter(redis)))
+    assert "more than your whole daily budget of 0.000010 USD" in refused.message
+    assert refused.headers["Retry-After"] == "60"
+    rule = next(r for r in rules_for(record, model="m") if r.meter == Meter.BUDGET)
+    assert not sync_redis().exists(rule.key + ":refused")  # not "reached": nothing was spent
+
+
+def test_a_cost_above_its_hold_takes_the_balance_to_zero_never_below():
+    record = make_key_record(prepaid=True)
+    sync_redis().set(balance_key(record.tenant_id), 100)
+
+    async def scenario(limiter):
+        admission = await limiter.admit("req_1", rules_for(record, model="m"), tokens=1, money=80)
+        # It cost 150 (a prompt the gateway could only estimate): 70 more than held.
+        await limiter.settle(admission, refund=0, events=[], money=80 - 150)
+
+    run_with_redis(lambda redis: scenario(Limiter(redis)))
+    assert int(sync_redis().get(balance_key(record.tenant_id))) == 0
+
+
+def test_the_balance_refusal_says_when_to_try_again():
+    record = make_key_record(prepaid=True)
+    sync_redis().set(balance_key(record.tenant_id), 5)
+
+    async def scenario(limiter):
+        with pytest.raises(RateLimitError) as refused:
+            await admit(
+                limiter,
+                request_id="r1",
+                key=record,
+                model="m",
+                reserve=1,
+                money=6,
+                nonce=None,
+                seed=None,
+            )
+        return refused.value
+
+    assert int(run_with_redis(lambda redis: scenario(Limiter(redis))).headers["Retry-After"]) > 0

@@ -16,13 +16,13 @@ from rest_framework import serializers
 
 from apps.billing.choices import BillingMode, BudgetPeriod, MovementKind
 from apps.billing.models import BalanceMovement, Price, RedemptionBatch, RedemptionCode
+from apps.billing.money import AMOUNT_INPUT_DIGITS, MAX_AMOUNT
 from apps.billing.services.codes import MAX_BATCH
 
 PLACES = 6
 SMALLEST = Decimal(1).scaleb(-PLACES)  # 0.000001
-# Digits of an amount a caller sets (a top-up, a budget, a code's face value): up to ten
-# billion, so that even a sum of many stays within the int64 micro-units Redis counts in.
-AMOUNT_DIGITS = 16
+# Digits of an amount a caller sets (a top-up, a budget, a code's face value); the services
+# hold it to MAX_AMOUNT (apps.billing.money).
 # A price per million tokens: the model's Price columns.
 PRICE_DIGITS = 12
 # The stored amounts' digits (balances, costs): what may come out.
@@ -171,7 +171,11 @@ class AccountInput(serializers.Serializer):
     """What a tenant's owners set: where and when its alerts go."""
 
     low_balance_threshold = Money(
-        max_digits=AMOUNT_DIGITS, min_value=Decimal(0), allow_null=True, required=False
+        max_digits=AMOUNT_INPUT_DIGITS,
+        min_value=Decimal(0),
+        max_value=MAX_AMOUNT,
+        allow_null=True,
+        required=False,
     )
     notify_email = serializers.EmailField(max_length=254, allow_blank=True, required=False)
     webhook_url = serializers.URLField(max_length=200, allow_blank=True, required=False)
@@ -230,7 +234,7 @@ class BudgetInput(serializers.Serializer):
     replaces it."""
 
     period = serializers.ChoiceField(choices=BudgetPeriod.choices)
-    amount = Money(max_digits=AMOUNT_DIGITS, min_value=Decimal(0))
+    amount = Money(max_digits=AMOUNT_INPUT_DIGITS, min_value=Decimal(0), max_value=MAX_AMOUNT)
     hard = serializers.BooleanField(default=True)
     key = serializers.CharField(
         max_length=64,
@@ -241,7 +245,9 @@ class BudgetInput(serializers.Serializer):
 
 
 class BudgetChangeInput(serializers.Serializer):
-    amount = Money(max_digits=AMOUNT_DIGITS, min_value=Decimal(0), required=False)
+    amount = Money(
+        max_digits=AMOUNT_INPUT_DIGITS, min_value=Decimal(0), max_value=MAX_AMOUNT, required=False
+    )
     hard = serializers.BooleanField(required=False)
 
 
@@ -253,7 +259,7 @@ class RedeemInput(serializers.Serializer):
 
 
 class TopUpInput(serializers.Serializer):
-    amount = Money(max_digits=AMOUNT_DIGITS, min_value=SMALLEST)
+    amount = Money(max_digits=AMOUNT_INPUT_DIGITS, min_value=SMALLEST, max_value=MAX_AMOUNT)
     note = serializers.CharField(max_length=255, required=False, allow_blank=True, default="")
 
 
@@ -309,7 +315,7 @@ class BatchDetailOutput(BatchOutput):
 
 
 class BatchInput(serializers.Serializer):
-    face_value = Money(max_digits=AMOUNT_DIGITS, min_value=SMALLEST)
+    face_value = Money(max_digits=AMOUNT_INPUT_DIGITS, min_value=SMALLEST, max_value=MAX_AMOUNT)
     count = serializers.IntegerField(min_value=1, max_value=MAX_BATCH)
     expires_at = serializers.DateTimeField(
         required=False, allow_null=True, help_text="Empty: the codes never expire."

@@ -23,20 +23,25 @@ from django.db.models import F, Sum
 
 from apps.billing import metrics
 from apps.billing.choices import MovementKind
-from apps.billing.counters import balance_key
+from apps.billing.counters import balance_key, credited_key
 from apps.billing.models import BalanceMovement, BillingAccount
-from apps.billing.money import from_micros, to_micros
+from apps.billing.money import MAX_AMOUNT, from_micros, to_micros
 from apps.billing.signals import tenant_billing_changed
 from dmxplatform.redis_client import request_redis
 
 logger = logging.getLogger(__name__)
 
-# Credit a balance Redis holds; one it does not hold yet is seeded from the database when a
-# request first needs it (balance_seed), with this credit in it.
+# Credit a balance Redis holds, once per movement (KEYS[2] marks it, for as long as a retry of
+# the call could come: a reply lost to a timeout, a commit that failed after it); one Redis does
+# not hold yet is seeded from the database when a request first needs it (balance_seed), with
+# this credit in it.
 _CREDIT = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return redis.call('INCRBY', KEYS[1], ARGV[1]) end
+if redis.call('EXISTS', KEYS[1]) == 1 and redis.call('SET', KEYS[2], 1, 'NX', 'EX', ARGV[2]) then
+  return redis.call('INCRBY', KEYS[1], ARGV[1])
+end
 return false
 """
+CREDIT_MARK_SECONDS = 7 * 24 * 3600
 
 
 def account_of(tenant_id: int, *, lock: bool = False) -> BillingAccount:
@@ -85,6 +90,11 @@ def _move(
         raise ValidationError(
             f"The balance ({account.balance}) does not cover {-amount}.", code="balance_too_low"
         )
+    if balance > MAX_AMOUNT:
+        raise ValidationError(
+            f"A balance holds at most {MAX_AMOUNT}: this would make it {balance}.",
+            code="balance_too_high",
+        )
     movement = BalanceMovement.objects.create(
         account=account,
         kind=kind,
@@ -118,7 +128,14 @@ def credit(
         movement, new = _move(account, kind=kind, amount=amount, key=key, note=note, actor=actor)
         if new:
             # Inside the transaction and the lock: should Redis refuse, nothing was credited.
-            request_redis().eval(_CREDIT, 1, balance_key(tenant_id), to_micros(amount))
+            request_redis().eval(
+                _CREDIT,
+                2,
+                balance_key(tenant_id),
+                credited_key(tenant_id, key),
+                to_micros(amount),
+                CREDIT_MARK_SECONDS,
+            )
     if new:
         metrics.balance_movements.labels(kind).inc()
     return movement

@@ -21,6 +21,7 @@ from django.utils import timezone
 from apps.billing.choices import MovementKind
 from apps.billing.errors import BillingErrorCode
 from apps.billing.models import BalanceMovement, RedemptionBatch, RedemptionCode
+from apps.billing.money import MAX_AMOUNT
 from apps.billing.services.balances import credit
 from dmxplatform.audit.entries import audit_created
 
@@ -58,8 +59,8 @@ def codes_generate(
     """A batch of `count` codes worth `face_value` each; the codes are returned this once."""
     if not 1 <= count <= MAX_BATCH:
         raise ValueError(f"A batch holds 1 to {MAX_BATCH} codes.")
-    if face_value <= 0:
-        raise ValueError("A code must be worth more than zero.")
+    if not 0 < face_value <= MAX_AMOUNT:
+        raise ValueError(f"A code is worth more than zero and at most {MAX_AMOUNT}.")
     codes = [
         "DMX-"
         + "-".join(

@@ -315,9 +315,13 @@ def _webhook_post(url: str, *, secret: str, payload: dict[str, Any]) -> None:
     """POST the event, signed; a redirect is no delivery (the event goes only where the tenant
     said), nor any answer but a 2xx."""
     parts = urlsplit(url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError as exc:  # a port past 65535, or not a number: Django's URL check lets it by
+        raise WebhookError(f"bad port in {url}: {exc}") from exc
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise WebhookError(f"not an http(s) URL: {url}")
-    _check_public(parts.hostname, parts.port or (443 if parts.scheme == "https" else 80))
+    _check_public(parts.hostname, port)
     body = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)
     timestamp = int(time.time())
     signature = webhook_signature(secret=secret, timestamp=timestamp, body=body)
@@ -330,7 +334,7 @@ def _webhook_post(url: str, *, secret: str, payload: dict[str, Any]) -> None:
     }
     kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     try:
-        connection = kind(parts.hostname, parts.port, timeout=WEBHOOK_TIMEOUT_SECONDS)
+        connection = kind(parts.hostname, port, timeout=WEBHOOK_TIMEOUT_SECONDS)
         try:
             connection.request(
                 "POST",

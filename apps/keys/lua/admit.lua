@@ -91,7 +91,11 @@ for i = 1, count do
       reset = param
       expires[i] = true
     end
-    if limit >= 0 and used + cost > limit then retry = reset end
+    if limit >= 0 and cost > limit and per_money[i] then
+      retry = -1  -- more than the whole budget: it will not fit in any period
+    elseif limit >= 0 and used + cost > limit then
+      retry = reset
+    end
     remaining = limit - used - cost
     room[i] = remaining
   elseif kind == 'b' then
@@ -106,7 +110,7 @@ for i = 1, count do
     room[i] = 0  -- a nonce is good once: a signed request never comes with a lease
   end
   if retry ~= nil then
-    if kind == 'q' and per_money[i] then
+    if kind == 'q' and per_money[i] and retry >= 0 then
       -- A hard budget refuses before it is spent to the last unit: "<counter>:refused" says it
       -- turned a request away this period, for the budget-reached alert (same slot: the key's
       -- hash tag).

@@ -50,8 +50,10 @@ for i = 1, rules do
       redis.call('DECRBY', key, money)
     end
   elseif kind == 'b' and money ~= 0 then
-    if redis.call('EXISTS', key) == 1 then
-      redis.call('INCRBY', key, money)
+    -- A cost above its hold (a prompt the gateway could only estimate) takes the balance to
+    -- zero, never below: the book charges what is left and counts the shortfall.
+    if redis.call('EXISTS', key) == 1 and redis.call('INCRBY', key, money) < 0 then
+      redis.call('SET', key, 0)
     end
   end
 end

@@ -101,10 +101,13 @@ def _usage_insert(entries: list[tuple[bytes, ledger.UsageEvent]]) -> None:
     _usage_rollup(rows)
     # Prepaid requests' charges, with their records: a record and its charge are stored together
     # or not at all.
-    usage_charges(
-        Charge(event.tenant_id, event.request_id, event.cost_micros)
+    prepaid = {
+        event.request_id: event
         for _, event in entries
         if event.prepaid and event.request_id in fresh
+    }  # once each: a batch may hold a redelivered event twice
+    usage_charges(
+        Charge(event.tenant_id, event.request_id, event.cost_micros) for event in prepaid.values()
     )
 
 
