@@ -22,3 +22,11 @@ class BudgetPeriod(models.TextChoices):
     DAY = "day", "Day"
     WEEK = "week", "Week"
     MONTH = "month", "Month"
+
+
+# How a refusal or an alert names a budget of each period: "your monthly budget".
+PERIOD_ADJECTIVES = {
+    BudgetPeriod.DAY: "daily",
+    BudgetPeriod.WEEK: "weekly",
+    BudgetPeriod.MONTH: "monthly",
+}

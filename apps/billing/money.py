@@ -38,6 +38,11 @@ def from_micros(micros: int) -> Decimal:
     return (Decimal(micros) / MICROS).quantize(_QUANTUM)
 
 
+def as_text(amount: Decimal) -> str:
+    """An amount as the API, webhooks and mails write it: six places, no exponent."""
+    return format(amount.quantize(_QUANTUM), "f")
+
+
 def multiplier_units(multiplier: Decimal) -> int:
     """A plan's price multiplier in ten-thousandths (Decimal(6, 4))."""
     return int(multiplier * MULTIPLIER_SCALE)

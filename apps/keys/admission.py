@@ -7,6 +7,7 @@ from collections.abc import Awaitable, Callable
 
 from django.conf import settings
 
+from apps.billing.choices import PERIOD_ADJECTIVES
 from apps.billing.errors import BillingErrorCode
 from apps.billing.money import from_micros
 from apps.keys.errors import KeysErrorCode
@@ -34,9 +35,6 @@ for _meter in Meter.ALL:
     metrics.gateway_refusals.labels(_meter)
 
 
-_PERIOD_WORDS = {"day": "daily", "week": "weekly", "month": "monthly"}
-
-
 def _money_refusal(admission: Admission, money: int) -> ApplicationError:
     rule = admission.failed
     currency = settings.DMX_CURRENCY
@@ -51,7 +49,7 @@ def _money_refusal(admission: Admission, money: int) -> ApplicationError:
             headers={"Retry-After": str(settings.DMX_RETRY_AFTER_SECONDS)},
         )
     owner = "this key's" if rule.scope == "key" else "your"
-    budget = f"{_PERIOD_WORDS.get(rule.period, rule.period)} budget"
+    budget = f"{PERIOD_ADJECTIVES.get(rule.period, rule.period)} budget"
     if admission.retry_after_ms < 0:
         return RateLimitError(
             f"This request may cost up to {cost}, more than {owner} whole {budget} of "

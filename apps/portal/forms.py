@@ -14,6 +14,7 @@ from django.utils import timezone
 from apps.billing.choices import BudgetPeriod
 from apps.billing.models import BillingAccount
 from apps.billing.money import AMOUNT_INPUT_DIGITS, MAX_AMOUNT
+from apps.billing.services.codes import MAX_CODE_LENGTH
 from apps.keys.choices import MemberRole, QuotaPeriod, TokenScope
 from apps.keys.models import ApiKey, Plan
 from apps.keys.services import MAX_ROTATION_GRACE
@@ -24,8 +25,6 @@ AMOUNT_PLACES = 6
 # No usage is older than the platform: an earlier month is a typing slip (and year 1's
 # previous month is no date at all).
 FIRST_STATEMENT_YEAR = 2000
-# A redemption code is DMX- and 20 characters in groups of 4; room for spaces people paste.
-MAX_CODE_LENGTH = 64
 
 # The portal offers management tokens for up to a year; the service allows a day more, so that
 # "365 days" never fails on the hour a form took to submit.

@@ -21,6 +21,20 @@ pytestmark = pytest.mark.usefixtures("private_redis")
 MONTH_BUDGET = BudgetLimit(id=7, scope="tenant", period="month", micros=1_000_000)
 
 
+async def admit_money(limiter, record, request_id: str, money: int, *, seed=None):
+    """admit() as the gateway calls it, for one token and `money` micro-units."""
+    return await admit(
+        limiter,
+        request_id=request_id,
+        key=record,
+        model="m",
+        reserve=1,
+        money=money,
+        nonce=None,
+        seed=seed,
+    )
+
+
 def spent(record) -> int:
     rule = next(r for r in rules_for(record, model="m") if r.meter == Meter.BUDGET)
     return int(sync_redis().get(rule.key) or 0)
@@ -114,27 +128,9 @@ def test_admission_seeds_the_balance_once_and_refuses_when_it_cannot_cover_the_r
         return 50
 
     async def scenario(limiter):
-        ok = await admit(
-            limiter,
-            request_id="r1",
-            key=record,
-            model="m",
-            reserve=1,
-            money=40,
-            nonce=None,
-            seed=seed,
-        )
+        ok = await admit_money(limiter, record, "r1", 40, seed=seed)
         with pytest.raises(RateLimitError) as refused:
-            await admit(
-                limiter,
-                request_id="r2",
-                key=record,
-                model="m",
-                reserve=1,
-                money=40,
-                nonce=None,
-                seed=seed,
-            )
+            await admit_money(limiter, record, "r2", 40, seed=seed)
         return ok, refused.value
 
     ok, refused = run_with_redis(lambda redis: scenario(Limiter(redis)))
@@ -148,16 +144,7 @@ def test_a_budget_refusal_names_the_budget_and_when_it_resets():
 
     async def scenario(limiter):
         async def one(request_id):
-            return await admit(
-                limiter,
-                request_id=request_id,
-                key=record,
-                model="m",
-                reserve=1,
-                money=6,
-                nonce=None,
-                seed=None,
-            )
+            return await admit_money(limiter, record, request_id, 6, seed=None)
 
         await one("r1")
         with pytest.raises(RateLimitError) as refused:
@@ -195,16 +182,7 @@ def test_a_request_that_costs_more_than_the_whole_budget_never_fits_and_flags_no
 
     async def scenario(limiter):
         with pytest.raises(RateLimitError) as refused:
-            await admit(
-                limiter,
-                request_id="r1",
-                key=record,
-                model="m",
-                reserve=1,
-                money=11,
-                nonce=None,
-                seed=None,
-            )
+            await admit_money(limiter, record, "r1", 11, seed=None)
         return refused.value
 
     refused = run_with_redis(lambda redis: scenario(Limiter(redis)))
@@ -233,16 +211,7 @@ def test_the_balance_refusal_says_when_to_try_again():
 
     async def scenario(limiter):
         with pytest.raises(RateLimitError) as refused:
-            await admit(
-                limiter,
-                request_id="r1",
-                key=record,
-                model="m",
-                reserve=1,
-                money=6,
-                nonce=None,
-                seed=None,
-            )
+            await admit_money(limiter, record, "r1", 6, seed=None)
         return refused.value
 
     assert int(run_with_redis(lambda redis: scenario(Limiter(redis))).headers["Retry-After"]) > 0

@@ -17,7 +17,7 @@ from rest_framework import serializers
 from apps.billing.choices import BillingMode, BudgetPeriod, MovementKind
 from apps.billing.models import BalanceMovement, Price, RedemptionBatch, RedemptionCode
 from apps.billing.money import AMOUNT_INPUT_DIGITS, MAX_AMOUNT
-from apps.billing.services.codes import MAX_BATCH
+from apps.billing.services.codes import MAX_BATCH, MAX_CODE_LENGTH
 
 PLACES = 6
 SMALLEST = Decimal(1).scaleb(-PLACES)  # 0.000001
@@ -27,8 +27,6 @@ SMALLEST = Decimal(1).scaleb(-PLACES)  # 0.000001
 PRICE_DIGITS = 12
 # The stored amounts' digits (balances, costs): what may come out.
 STORED_DIGITS = 20
-# A code as printed: 20 characters in groups of 4 with a prefix; anything longer is not one.
-MAX_CODE_LENGTH = 64
 
 
 class Money(serializers.DecimalField):

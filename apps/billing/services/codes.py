@@ -29,6 +29,9 @@ from dmxplatform.audit.entries import audit_created
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
 _LENGTH = 20
 MAX_BATCH = 10_000
+# What a form or the API takes as a code: DMX- and 20 characters in groups of 4, with room for
+# the spaces people paste; anything longer is not one.
+MAX_CODE_LENGTH = 64
 
 
 class RedemptionError(Exception):

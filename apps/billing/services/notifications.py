@@ -46,10 +46,10 @@ from django.core.mail import send_mail
 from django.db import transaction
 from django.utils import timezone
 
-from apps.billing.choices import BillingMode
+from apps.billing.choices import PERIOD_ADJECTIVES, BillingMode
 from apps.billing.counters import balance_key, period_bounds
 from apps.billing.models import BalanceMovement, BillingAccount, Budget, Notification
-from apps.billing.money import from_micros
+from apps.billing.money import as_text, from_micros
 from apps.billing.selectors import BudgetStatus, account_find, budget_status
 from dmxplatform.redis_client import request_mget, request_redis
 
@@ -76,12 +76,6 @@ STRANDED_AFTER = timedelta(minutes=5)
 # behind, still opens the next episode.
 EPISODE_MARGIN = timedelta(minutes=1)
 SIGNATURE_HEADER = "X-DMX-Signature"
-_PERIODICALLY = {"day": "daily", "week": "weekly", "month": "monthly"}
-_QUANTUM = Decimal("0.000001")
-
-
-def _money(amount: Decimal) -> str:
-    return format(amount.quantize(_QUANTUM), "f")
 
 
 def _event(
@@ -141,9 +135,9 @@ def _budget_data(status: BudgetStatus, percent: int) -> dict[str, Any]:
             "scope": "key" if budget.api_key_id else "tenant",
             "api_key": budget.api_key.key_id if budget.api_key_id else None,
             "period": budget.period,
-            "amount": _money(budget.amount),
+            "amount": as_text(budget.amount),
             "hard": budget.hard,
-            "spent": _money(status.spent),
+            "spent": as_text(status.spent),
             "threshold_percent": percent,
             "period_start": status.starts_at.isoformat(),
             "resets_at": status.resets_at.isoformat(),
@@ -227,7 +221,7 @@ def _balance_alerts(now: datetime) -> list[int]:
         threshold = account.low_balance_threshold
         if _held(account, raw) >= threshold:
             continue
-        subject = f"balance:{_money(threshold)}"
+        subject = f"balance:{as_text(threshold)}"
         episode = _episode(account, subject)
         # Read again after the episode: a credit in between that lifted the balance opened a
         # new episode, which the first reading does not belong to.
@@ -238,8 +232,8 @@ def _balance_alerts(now: datetime) -> list[int]:
         def payload(account=account, episode=episode, balance=balance):
             data = {
                 "balance": {
-                    "amount": _money(balance),
-                    "threshold": _money(account.low_balance_threshold),
+                    "amount": as_text(balance),
+                    "threshold": as_text(account.low_balance_threshold),
                 }
             }
             return _event(
@@ -381,7 +375,7 @@ def _mail(payload: dict[str, Any]) -> tuple[str, str]:
         if reached
         else f"It resets at {budget['resets_at']}."
     )
-    every = _PERIODICALLY.get(budget["period"], budget["period"])
+    every = PERIOD_ADJECTIVES.get(budget["period"], budget["period"])
     return (
         f"{tenant}: {budget['threshold_percent']}% of the {every} budget of {owner} spent",
         f"{owner} on DMX has spent {budget['spent']} {currency} of its {every} budget of "
