@@ -16,7 +16,7 @@ rather than wall time (the machine is shared):
    process's background (state refresh, heartbeats) measured idle and taken off; and the
    admit and settle scripts replayed by redis-benchmark for one Redis core's ceiling;
 3. the ledger: usage events built from the ones the gateway appended, drained into PostgreSQL
-   by apps.keys.services.usage_flush (Celery's task body) in this process, rows per second of
+   by apps.billing.services.usage_flush (Celery's task body) in this process, rows per second of
    wall time and of CPU (this process and the PostgreSQL backend, from /proc).
 """
 
@@ -360,9 +360,9 @@ def ledger_drain(args, rds: PrivateRedis, templates: list[bytes]) -> list[dict]:
     django.setup()
     from django.db import connection
 
-    from apps.keys.ledger import USAGE_STREAM, UsageEvent
+    from apps.billing.ledger import USAGE_STREAM, UsageEvent
     from apps.keys.models import UsageRecord
-    from apps.keys.services import usage_flush
+    from apps.billing.services import usage_flush
     from dmxplatform.streams import FIELD
 
     events = [UsageEvent.decode(t) for t in templates]

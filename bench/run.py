@@ -62,7 +62,7 @@ WORKER_PYTHON = ROOT / ".venv-vllm" / "bin" / "python"
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 MODEL = "bench-model"
 REDIS_PREFIX = "dmxbench"
-# apps.keys.ledger.USAGE_STREAM's one stream with the default single request-store shard.
+# apps.billing.ledger.USAGE_STREAM's one stream with the default single request-store shard.
 USAGE_STREAM_KEY = f"{REDIS_PREFIX}:{{s0}}:usage:stream"
 DRAIN_TIMEOUT = 300  # seconds the ledger gets to drain a point's usage events
 

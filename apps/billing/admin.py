@@ -1,7 +1,8 @@
 """The console's billing: prices per model version (set ahead, never edited), tenants' accounts
 with their top-ups, budgets, redemption code batches (their codes shown once) and what was
-sent as alerts. Every write goes through billing's services; the rows the platform writes
-itself (movements, codes, notifications) are read-only."""
+sent as alerts, and the usage ledger (records and daily rollups). Every write goes through
+billing's services; the rows the platform writes itself (movements, codes, notifications,
+usage) are read-only."""
 
 from __future__ import annotations
 
@@ -36,6 +37,8 @@ from apps.billing.models import (
     Price,
     RedemptionBatch,
     RedemptionCode,
+    UsageDaily,
+    UsageRecord,
 )
 from apps.billing.selectors import budget_status, movements_of
 from apps.billing.selectors.admin_api import batches_with_counts, prices_with_standing
@@ -50,7 +53,12 @@ from apps.billing.services import (
     top_up,
 )
 from apps.billing.services.codes import MAX_BATCH
-from dmxplatform.admin import OperatorActions, ReadOnlyAdminMixin, ServiceDeletesMixin
+from dmxplatform.admin import (
+    OperatorActions,
+    ReadOnlyAdminMixin,
+    ServiceDeletesMixin,
+    request_trace_link,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -455,7 +463,13 @@ class BalanceMovementAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 class BudgetForm(forms.ModelForm):
     class Meta:
         model = Budget
-        fields = ["tenant", "api_key", "period", "amount", "hard"]
+        fields = ["tenant", "api_key", "period", "amount", "hard", "locked"]
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk is None:
+            # An operator's budget is a limit the tenant's owners live within, unless unticked.
+            self.fields["locked"].initial = True
 
     def clean(self) -> dict:
         data = super().clean()
@@ -470,8 +484,8 @@ class BudgetAdmin(OperatorActions, ServiceDeletesMixin, admin.ModelAdmin):
     """Every change goes through budget_set and budget_delete, which tell the gateways."""
 
     form = BudgetForm
-    list_display = ["tenant", "api_key", "period", "amount", "hard", "created_at"]
-    list_filter = ["period", "hard"]
+    list_display = ["tenant", "api_key", "period", "amount", "hard", "locked", "created_at"]
+    list_filter = ["period", "hard", "locked"]
     search_fields = ["tenant__name", "tenant__slug"]
     list_select_related = ["tenant", "api_key"]
     autocomplete_fields = ["tenant", "api_key"]
@@ -481,7 +495,7 @@ class BudgetAdmin(OperatorActions, ServiceDeletesMixin, admin.ModelAdmin):
         return ["tenant", "api_key", "period", "spent"] if obj else []
 
     def get_fields(self, request: HttpRequest, obj: Budget | None = None) -> list[str]:
-        fields = ["tenant", "api_key", "period", "amount", "hard"]
+        fields = ["tenant", "api_key", "period", "amount", "hard", "locked"]
         return [*fields, "spent"] if obj else fields
 
     @admin.display(description="Spent this period")
@@ -503,11 +517,12 @@ class BudgetAdmin(OperatorActions, ServiceDeletesMixin, admin.ModelAdmin):
             period=obj.period,
             amount=obj.amount,
             hard=obj.hard,
+            locked=obj.locked,
         )
         obj.pk, obj.created_at = budget.pk, budget.created_at
 
     def delete_row(self, obj: Budget) -> None:
-        budget_delete(budget=obj)
+        budget_delete(budget=obj, operator=True)
 
 
 # Redemption codes ------------------------------------------------------------------------------
@@ -670,3 +685,51 @@ class NotificationAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_filter = ["kind"]
     search_fields = ["tenant__name", "subject"]
     list_select_related = ["tenant"]
+
+
+@admin.register(UsageRecord)
+class UsageRecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = [
+        "request_id",
+        "created_at",
+        "tenant",
+        "api_key",
+        "model",
+        "intent",
+        "intent_confidence",
+        "node",
+        "status",
+        "prompt_tokens",
+        "cached_tokens",
+        "completion_tokens",
+        "cost",
+        "duration_ms",
+    ]
+    list_filter = ["status", "model", "intent", "intent_low_confidence", "stream"]
+    search_fields = ["request_id"]
+    date_hierarchy = "created_at"
+    list_select_related = ["tenant", "api_key"]
+    readonly_fields = ["trace"]
+
+    @admin.display(description="Trace")
+    def trace(self, record: UsageRecord) -> str:
+        return request_trace_link(record.request_id)
+
+
+@admin.register(UsageDaily)
+class UsageDailyAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = [
+        "day",
+        "tenant",
+        "api_key",
+        "model",
+        "requests",
+        "errors",
+        "prompt_tokens",
+        "cached_tokens",
+        "completion_tokens",
+        "cost",
+    ]
+    list_filter = ["model", "tenant"]
+    date_hierarchy = "day"
+    list_select_related = ["tenant", "api_key"]

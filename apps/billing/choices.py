@@ -1,6 +1,18 @@
 from django.db import models
 
 
+class UsageStatus(models.TextChoices):
+    """How a request ended, as its usage record keeps it."""
+
+    OK = "ok", "Completed"
+    CLIENT_DISCONNECTED = "client_disconnected", "Client disconnected"
+    UPSTREAM_ERROR = "upstream_error", "Upstream error"
+    REJECTED = "rejected", "Rejected"
+    CONTENT_FILTERED = "content_filtered", "Stopped by the content filter"
+    TIMED_OUT = "timed_out", "Ran past the request timeout"
+    INTERRUPTED = "interrupted", "Cut off by the gateway's shutdown"
+
+
 class BillingMode(models.TextChoices):
     """Postpaid tenants are billed for what they used; prepaid ones spend a balance first."""
 

@@ -8,3 +8,4 @@ class BillingErrorCode(StrEnum):
     CODE_INVALID = "redemption_code_invalid"
     CODE_USED = "redemption_code_used"
     CODE_EXPIRED = "redemption_code_expired"
+    BUDGET_LOCKED = "budget_locked"

@@ -1,4 +1,4 @@
-"""Prices, budgets, prepaid balances and redemption codes.
+"""Prices, budgets, prepaid balances and redemption codes; the usage ledger they are charged on.
 
 Billing refers to tenants, keys and model versions by their apps' labels only (string foreign
 keys): it sits below them in the layers and imports neither. Every amount is a Decimal of six
@@ -10,7 +10,7 @@ from __future__ import annotations
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
-from apps.billing.choices import BillingMode, BudgetPeriod, MovementKind
+from apps.billing.choices import BillingMode, BudgetPeriod, MovementKind, UsageStatus
 from apps.billing.money import MAX_AMOUNT
 
 PRICE = {"max_digits": 12, "decimal_places": 6, "validators": [MinValueValidator(0)]}
@@ -124,6 +124,11 @@ class Budget(models.Model):
     period = models.CharField(max_length=8, choices=BudgetPeriod.choices)
     amount = models.DecimalField(**AMOUNT, validators=SET_AMOUNT)
     hard = models.BooleanField(default=True, help_text="Refuse past it; otherwise only alert.")
+    locked = models.BooleanField(
+        default=False,
+        help_text="Set by an operator: the tenant's owners see it, and cannot change or remove "
+        "it (their own budgets can only limit more).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -194,3 +199,108 @@ class Notification(models.Model):
                 fields=["tenant", "kind", "subject", "period"], name="notification_once"
             )
         ]
+
+
+class UsageRecord(models.Model):
+    """One finished request: what it used and how it went. Written in batches from Redis."""
+
+    request_id = models.CharField(max_length=64, unique=True)
+    api_key = models.ForeignKey(
+        "keys.ApiKey", on_delete=models.PROTECT, related_name="usage_records"
+    )
+    tenant = models.ForeignKey(
+        "keys.Tenant", on_delete=models.PROTECT, related_name="usage_records"
+    )
+    created_at = models.DateTimeField(help_text="When the gateway received the request.")
+    endpoint = models.CharField(max_length=32)
+    model = models.CharField(max_length=128)
+    model_version = models.CharField(max_length=64, blank=True)
+    node = models.CharField(max_length=128, blank=True)
+    intent = models.CharField(max_length=32, blank=True)
+    intent_confidence = models.FloatField(
+        null=True, blank=True, help_text="The classifier's calibrated probability for the intent."
+    )
+    intent_low_confidence = models.BooleanField(
+        default=False,
+        help_text="The confidence was under DMX_INTENT_MIN_CONFIDENCE: an alias routed it by "
+        "its default route.",
+    )
+    stream = models.BooleanField(default=False)
+    status = models.CharField(max_length=32, choices=UsageStatus.choices)
+    http_status = models.PositiveSmallIntegerField()
+    error_code = models.CharField(max_length=64, blank=True)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    cached_tokens = models.PositiveIntegerField(
+        default=0, help_text="Prompt tokens the engine served from its prefix cache."
+    )
+    completion_tokens = models.PositiveIntegerField(default=0)
+    cost = models.DecimalField(
+        max_digits=20,
+        decimal_places=6,
+        default=0,
+        help_text="In DMX_CURRENCY, at the prices in force when the request arrived.",
+    )
+    duration_ms = models.FloatField(default=0.0)
+    time_to_first_token_ms = models.FloatField(null=True, blank=True)
+    estimated_prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
+    context_limit = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Context tokens allowed when the request came in."
+    )
+    content_flags = models.JSONField(default=list, blank=True)
+    timings = models.JSONField(default=dict, blank=True, help_text="Gateway stage timings, ms.")
+    client_request_id = models.CharField(
+        max_length=128, blank=True, help_text="The client's own id for it (X-Client-Request-Id)."
+    )
+    trace_id = models.CharField(
+        max_length=32, blank=True, help_text="Its OpenTelemetry trace, when tracing is on."
+    )
+
+    class Meta:
+        # The table keeps the name it had when keys kept the ledger.
+        db_table = "keys_usagerecord"
+        ordering = ["-created_at"]
+        indexes = [
+            # Per-key usage pages and retention both scan by key and time.
+            models.Index(fields=["api_key", "created_at"], name="usage_key_time_idx"),
+            models.Index(fields=["created_at"], name="usage_time_idx"),
+            # The trace search finds a request by the client's id; most requests send none.
+            models.Index(
+                fields=["client_request_id"],
+                condition=~models.Q(client_request_id=""),
+                name="usage_client_request_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.request_id
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+class UsageDaily(models.Model):
+    """Usage per key, model and UTC day, kept in step with UsageRecord by the ledger flush."""
+
+    day = models.DateField()
+    api_key = models.ForeignKey("keys.ApiKey", on_delete=models.PROTECT, related_name="usage_days")
+    tenant = models.ForeignKey("keys.Tenant", on_delete=models.PROTECT, related_name="usage_days")
+    model = models.CharField(max_length=128)
+    requests = models.PositiveIntegerField(default=0)
+    errors = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    cached_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+    cost = models.DecimalField(max_digits=20, decimal_places=6, default=0)
+
+    class Meta:
+        db_table = "keys_usagedaily"
+        ordering = ["-day", "model"]
+        verbose_name_plural = "usage by day"
+        constraints = [
+            models.UniqueConstraint(fields=["day", "api_key", "model"], name="usage_daily_unique"),
+        ]
+        indexes = [models.Index(fields=["tenant", "day"], name="usage_daily_tenant_day_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.day} {self.model}"

@@ -16,13 +16,13 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
+from apps.billing.selectors import usage_minute_series
 from apps.hardware.nodestate import NodeSnapshot, now
 from apps.hardware.selectors import node_states
-from apps.keys.selectors import usage_minute_series
 
 # Who sees the dashboard: staff who may view nodes and usage records (the viewer and operator
 # groups, superusers).
-DASHBOARD_PERMISSIONS = ("hardware.view_node", "keys.view_usagerecord")
+DASHBOARD_PERMISSIONS = ("hardware.view_node", "billing.view_usagerecord")
 # The page's WebSocket (config.asgi routes it to apps.console.consumers).
 FLEET_SOCKET_PATH = "ws/console/fleet"
 # The minutes on the charts' axis, in UTC as everything in the admin.

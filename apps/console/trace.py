@@ -21,10 +21,11 @@ from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 
+from apps.billing.choices import UsageStatus
+from apps.billing.models import UsageRecord
+from apps.billing.selectors import usage_record_find, usage_records_search
 from apps.console.waterfall import Bar, waterfall
-from apps.keys.choices import UsageStatus
-from apps.keys.models import UsageRecord
-from apps.keys.selectors import usage_record_find, usage_records_search
+from apps.keys.models import KEY_PREFIX
 from apps.routing.selectors import routing_decision_find
 
 # Requests per page of results: a screen or two of rows, one cheap query.
@@ -37,7 +38,7 @@ DEFAULT_RANGE = timedelta(hours=1)
 # Where DMX_TRACE_URL takes the trace id.
 TRACE_ID_PLACEHOLDER = "{trace_id}"
 # What the pages show; a viewer (apps/keys/migrations/0005) has both.
-VIEW_USAGE = "keys.view_usagerecord"
+VIEW_USAGE = "billing.view_usagerecord"
 VIEW_DECISIONS = "routing.view_routingdecision"
 
 
@@ -60,6 +61,13 @@ class TraceSearchForm(forms.Form):
         required=False,
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}),
     )
+
+    def clean_key_prefix(self) -> str:
+        """The key's public id, or its first characters, from its prefix as the portal and the
+        admin show it (`sk-dmx-abcd1234_…`): only the id part, so that a pasted whole secret
+        never reaches a query."""
+        shown = self.cleaned_data["key_prefix"].strip()
+        return shown.removeprefix(KEY_PREFIX).partition("_")[0].rstrip("…")
 
 
 def _require(request: HttpRequest, permission: str) -> None:
@@ -122,6 +130,8 @@ def trace_search_view(request: HttpRequest) -> HttpResponse:
         if not criteria:
             default_since = timezone.now() - DEFAULT_RANGE
             criteria["since"] = default_since
+        if "key_prefix" in criteria:
+            criteria["key_id"] = criteria.pop("key_prefix")
         records = usage_records_search(**criteria)
         request_id = criteria.get("request_id")
         if request_id and records.exists():

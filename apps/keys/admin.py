@@ -6,18 +6,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from apps.billing.selectors import account_find
-from apps.keys.models import (
-    ApiKey,
-    ManagementToken,
-    Membership,
-    Plan,
-    PlanQuota,
-    Tenant,
-    UsageDaily,
-    UsageRecord,
-)
-from apps.keys.selectors import statement_of
+from apps.billing.selectors import account_find, statement_of
+from apps.keys.models import ApiKey, ManagementToken, Membership, Plan, PlanQuota, Tenant
 from apps.keys.services import (
     api_key_create,
     api_key_revoke,
@@ -34,7 +24,6 @@ from dmxplatform.admin import (
     OperatorActions,
     ReadOnlyAdminMixin,
     ServiceDeletesMixin,
-    request_trace_link,
 )
 
 LIMIT_FIELDS = ["requests_per_minute", "tokens_per_minute", "max_concurrent_requests"]
@@ -104,7 +93,7 @@ class TenantAdmin(OperatorActions, admin.ModelAdmin):
         if tenant.pk is None:
             return "-"
         account = account_find(tenant.id)
-        spent = statement_of(tenant=tenant, month=timezone.now().date()).total
+        spent = statement_of(tenant_id=tenant.id, month=timezone.now().date()).total
         currency = settings.DMX_CURRENCY
         if account is None:
             url = reverse("admin:billing_billingaccount_add") + f"?tenant={tenant.id}"
@@ -217,54 +206,6 @@ class ApiKeyAdmin(OperatorActions, ReadOnlyAdminMixin, admin.ModelAdmin):
 
 
 # The ledger is written by the platform only.
-
-
-@admin.register(UsageRecord)
-class UsageRecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = [
-        "request_id",
-        "created_at",
-        "tenant",
-        "api_key",
-        "model",
-        "intent",
-        "intent_confidence",
-        "node",
-        "status",
-        "prompt_tokens",
-        "cached_tokens",
-        "completion_tokens",
-        "cost",
-        "duration_ms",
-    ]
-    list_filter = ["status", "model", "intent", "intent_low_confidence", "stream"]
-    search_fields = ["request_id"]
-    date_hierarchy = "created_at"
-    list_select_related = ["tenant", "api_key"]
-    readonly_fields = ["trace"]
-
-    @admin.display(description="Trace")
-    def trace(self, record: UsageRecord) -> str:
-        return request_trace_link(record.request_id)
-
-
-@admin.register(UsageDaily)
-class UsageDailyAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = [
-        "day",
-        "tenant",
-        "api_key",
-        "model",
-        "requests",
-        "errors",
-        "prompt_tokens",
-        "cached_tokens",
-        "completion_tokens",
-        "cost",
-    ]
-    list_filter = ["model", "tenant"]
-    date_hierarchy = "day"
-    list_select_related = ["tenant", "api_key"]
 
 
 @admin.register(ManagementToken)

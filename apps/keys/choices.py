@@ -1,16 +1,6 @@
 from django.db import models
 
 
-class UsageStatus(models.TextChoices):
-    OK = "ok", "Completed"
-    CLIENT_DISCONNECTED = "client_disconnected", "Client disconnected"
-    UPSTREAM_ERROR = "upstream_error", "Upstream error"
-    REJECTED = "rejected", "Rejected"
-    CONTENT_FILTERED = "content_filtered", "Stopped by the content filter"
-    TIMED_OUT = "timed_out", "Ran past the request timeout"
-    INTERRUPTED = "interrupted", "Cut off by the gateway's shutdown"
-
-
 class PriorityTier(models.IntegerChoices):
     """Who goes first when a model is saturated; also passed to vLLM's priority scheduler."""
 

@@ -21,13 +21,14 @@ from django.conf import settings
 from django.db import DatabaseError
 from redis.exceptions import RedisError
 
+from apps.billing.choices import UsageStatus
+from apps.billing.ledger import MODEL_CHARS, UNRECORDED, USAGE_STREAM, UsageEvent
 from apps.billing.services import balance_seed
 from apps.keys.admission import admit
 from apps.keys.authentication import authenticate, check_network, check_signature, check_usable
-from apps.keys.choices import PriorityTier, UsageStatus
+from apps.keys.choices import PriorityTier
 from apps.keys.keycache import KeyCache, KeyRecord, invalidation_channel
 from apps.keys.leases import LeaseBook
-from apps.keys.ledger import MODEL_CHARS, UNRECORDED, USAGE_STREAM, UsageEvent
 from apps.keys.limiter import Limiter
 from apps.keys.ratelimit import Admission
 from apps.keys.selectors import key_record_load

@@ -14,11 +14,9 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
-from apps.billing.counters import balance_key, spend_key
-from apps.billing.counters import period_bounds as budget_period
-from apps.keys.choices import QuotaPeriod
+from apps.billing.counters import balance_key, period_bounds, period_ttl_ms, spend_key
 from apps.keys.keycache import KeyRecord, Limits
 from apps.keys.signing import REPLAY_TTL_SECONDS
 from dmxplatform.redis_client import tenant_rkey
@@ -26,8 +24,6 @@ from dmxplatform.redis_client import tenant_rkey
 MINUTE_MS = 60_000
 # A concurrency slot whose request never settled (a gateway died) is freed after this long.
 SLOT_LEASE_MS = 15 * MINUTE_MS
-# Quota counters outlive their period by a day, so late settlements still find them.
-QUOTA_GRACE = timedelta(days=1)
 
 
 class Meter:
@@ -113,19 +109,6 @@ def format_duration(ms: int) -> str:
     return f"{seconds}s"
 
 
-def period_bounds(period: str, now: datetime) -> tuple[str, datetime]:
-    """Return the label and end of the UTC calendar period containing `now`."""
-    if period == QuotaPeriod.HOUR:
-        start = now.replace(minute=0, second=0, microsecond=0)
-        return start.strftime("%Y%m%d%H"), start + timedelta(hours=1)
-    if period == QuotaPeriod.DAY:
-        start = now.replace(hour=0, minute=0, second=0, microsecond=0)
-        return start.strftime("%Y%m%d"), start + timedelta(days=1)
-    start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-    following = (start + timedelta(days=32)).replace(day=1)
-    return start.strftime("%Y%m"), following
-
-
 def _minute_rules(tenant_id: int, scope: str, owner: int, limits: Limits) -> list[Rule]:
     rules = []
     if limits.requests_per_minute:
@@ -175,9 +158,9 @@ def _build_rules(key: KeyRecord, model: str, moment: datetime) -> tuple[Rule, ..
     for quota in key.quotas:
         if quota.model and quota.model != model:
             continue
-        label, end = period_bounds(quota.period, moment)
+        label, _, end = period_bounds(quota.period, moment)
         owner = key.tenant_id if quota.scope == "tenant" else key.id
-        ttl_ms = int((end + QUOTA_GRACE - moment).total_seconds() * 1000)
+        ttl_ms = period_ttl_ms(end, moment)
         rules.append(
             Rule(
                 Meter.QUOTA,
@@ -188,14 +171,14 @@ def _build_rules(key: KeyRecord, model: str, moment: datetime) -> tuple[Rule, ..
             )
         )
     for budget in key.budgets:
-        label, _, end = budget_period(budget.period, moment)
+        label, _, end = period_bounds(budget.period, moment)
         rules.append(
             Rule(
                 Meter.BUDGET,
                 spend_key(key.tenant_id, budget.id, label),
                 "q",
                 budget.micros if budget.hard else -1,
-                int((end + QUOTA_GRACE - moment).total_seconds() * 1000),
+                period_ttl_ms(end, moment),
                 period=budget.period,
                 scope=budget.scope,
             )

@@ -15,7 +15,7 @@ from decimal import Decimal
 
 from django.conf import settings
 
-from apps.keys.selectors import Statement
+from apps.billing.selectors import Statement
 
 COLUMNS = (
     "line",  # model, total, or movement

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 from django.conf import settings
 from django.db.models import QuerySet
 
-from apps.keys.models import UsageRecord
+from apps.billing.models import UsageRecord
 
 # Rows fetched per round trip: large enough that a month of records is a few hundred
 # queries, small enough that a chunk stays a few megabytes.

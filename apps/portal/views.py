@@ -178,11 +178,11 @@ def _usage_context(tenant, export_form: UsageExportForm) -> dict:
     # two reads then shows in the charts and the totals, never in the table alone (as a lazy
     # queryset, read while rendering, the table could count a request the charts did not).
     by_key = list(
-        selectors.usage_by_key(
-            tenant=tenant, since=timezone.now().date() - timedelta(days=USAGE_DAYS - 1)
+        billing_selectors.usage_by_key(
+            tenant_id=tenant.id, since=timezone.now().date() - timedelta(days=USAGE_DAYS - 1)
         )
     )
-    series = selectors.usage_daily_series(tenant=tenant, days=USAGE_DAYS)
+    series = billing_selectors.usage_daily_series(tenant_id=tenant.id, days=USAGE_DAYS)
     models = sorted(series.tokens_by_model)
     daily = [
         {
@@ -238,8 +238,8 @@ def usage_export(request: HttpRequest) -> HttpResponse:
     if not form.is_valid():
         return render(request, "portal/usage.html", _usage_context(tenant, form), status=400)
     since, until = form.cleaned_data["since"], form.cleaned_data["until"]
-    records = selectors.usage_records_of(
-        tenant=tenant,
+    records = billing_selectors.usage_records_of(
+        tenant_id=tenant.id,
         since=datetime.combine(since, time.min, tzinfo=UTC),
         until=datetime.combine(until + timedelta(days=1), time.min, tzinfo=UTC),
     ).order_by("created_at")
@@ -332,6 +332,8 @@ def budget_set(request: HttpRequest) -> HttpResponse:
             billing_services.budget_set(tenant_id=tenant.id, **form.service_arguments())
         except ValidationError as error:
             form.add_service_error(error)
+        except billing_services.BudgetLocked as error:
+            form.add_error(None, str(error))
         else:
             messages.success(request, "The budget is set; the next request is checked against it.")
             return redirect("portal:billing")
@@ -344,6 +346,9 @@ def budget_delete(request: HttpRequest, budget_id: int) -> HttpResponse:
         billing_selectors.budgets_of(request.membership.tenant_id), id=budget_id
     )
     require_owner(request)
+    if budget.locked:
+        messages.error(request, str(billing_services.BudgetLocked(budget)))
+        return redirect("portal:billing")
     if request.method == "POST":
         billing_services.budget_delete(budget=budget)
         messages.success(request, "The budget is removed.")
@@ -396,9 +401,9 @@ def statement(request: HttpRequest) -> HttpResponse:
     if month is None:
         return render(request, "portal/statement.html", {"form": form}, status=400)
     tenant = request.membership.tenant
-    found = selectors.statement_of(tenant=tenant, month=month)
+    found = billing_selectors.statement_of(tenant_id=tenant.id, month=month)
     account = billing_selectors.account_find(tenant.id)
-    start, end = selectors.month_bounds(month)
+    start, end = billing_selectors.month_bounds(month)
     context = {
         "form": form,
         "statement": found,
@@ -421,7 +426,7 @@ def statement_export(request: HttpRequest) -> HttpResponse:
     if month is None:
         return render(request, "portal/statement.html", {"form": form}, status=400)
     tenant = request.membership.tenant
-    found = selectors.statement_of(tenant=tenant, month=month)
+    found = billing_selectors.statement_of(tenant_id=tenant.id, month=month)
     response = HttpResponse(statement_csv(found), content_type="text/csv")
     response["Content-Disposition"] = (
         f'attachment; filename="statement-{tenant.slug}-{month:%Y-%m}.csv"'

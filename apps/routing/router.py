@@ -33,6 +33,7 @@ refused at once. Anything else (every node down, or open breakers) is refused as
 from __future__ import annotations
 
 import functools
+import math
 import time
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
@@ -74,6 +75,12 @@ DECODE_SECONDS_WEIGHT = 0.5
 # there saves nothing now (only later prompts sharing it find it there), so the home breaks
 # near-ties between nodes and never outweighs a shorter predicted wait elsewhere.
 NEW_PROMPT_HOME_SCORE = 0.1
+# A node's measured prefill rate is held within this factor of its model's nodes' (geometric)
+# mean, each in terms of its own profile. One window's concurrency sets a reading apart: two
+# identical CPU engines on one machine once read 18,050 and 1,672 tokens/s, and a long prompt
+# went behind two unprefilled ones on the "fast" node. Within 2x, a node that really is slower
+# (shared, throttled) still loses to its twin, by up to four times.
+PEER_PREFILL_SPREAD = 2.0
 # Prompt tokens per prefix hash (the gateway's and the engines' alike).
 PREFIX_BLOCK_TOKENS = GROUP_TOKENS
 _MASK64 = (1 << 64) - 1
@@ -398,9 +405,10 @@ class NodeRates:
 def node_rates(fleet: FleetView, node: NodeSnapshot) -> NodeRates:
     """How fast the node prefills and decodes, once per fleet refresh.
 
-    Prefill: as its engine measured it, else as its hardware profile predicts for the reference
-    model, scaled by how the model's measured nodes compare with their own profiles' predictions
-    (so that a measured and an unmeasured node of one model compare in that model's terms).
+    Prefill: as its hardware profile predicts for the reference model, scaled by how the
+    model's measured nodes compare with their own profiles' predictions (so that a measured and
+    an unmeasured node of one model compare in that model's terms); a node that measured its
+    own rate takes that, held within PEER_PREFILL_SPREAD of the scaled prediction.
     Decode: one sequence's speed as its engine measured it (the gaps between its tokens), else
     the profile's step rate. Not generated tokens over running requests: a heartbeat just after
     four requests started reads four tokens in its window and took that node for a slow
@@ -411,9 +419,12 @@ def node_rates(fleet: FleetView, node: NodeSnapshot) -> NodeRates:
 def _node_rates(fleet: FleetView, node: NodeSnapshot) -> NodeRates:
     engine = node.engine
     profile_prefill, profile_decode = profile_rates(node.profile, node.gpu_count)
+    expected = profile_prefill * _prefill_scale(fleet, node.model)
     prefill = engine.prefill_tokens_per_second
     if prefill <= 0:
-        prefill = profile_prefill * _prefill_scale(fleet, node.model)
+        prefill = expected
+    else:
+        prefill = min(max(prefill, expected / PEER_PREFILL_SPREAD), expected * PEER_PREFILL_SPREAD)
     decode = engine.decode_tokens_per_second
     if decode <= 0:
         decode = profile_decode
@@ -421,8 +432,9 @@ def _node_rates(fleet: FleetView, node: NodeSnapshot) -> NodeRates:
 
 
 def _prefill_scale(fleet: FleetView, model: str) -> float:
-    """The mean ratio of measured to profile-predicted prefill rate over the model's nodes that
-    measured one (1.0 when none has)."""
+    """The geometric mean ratio of measured to profile-predicted prefill rate over the model's
+    nodes that measured one (1.0 when none has): ratios, so one reading ten times off moves it
+    by its root, not by half the reading."""
 
     def scale() -> float:
         ratios = [
@@ -430,7 +442,7 @@ def _prefill_scale(fleet: FleetView, model: str) -> float:
             for node in fleet.nodes(model)
             if node.engine.prefill_tokens_per_second > 0
         ]
-        return sum(ratios) / len(ratios) if ratios else 1.0
+        return math.exp(sum(map(math.log, ratios)) / len(ratios)) if ratios else 1.0
 
     return fleet.snapshot.derive(("prefill_scale", model), scale)
 

@@ -11,11 +11,11 @@ from django.conf import settings
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from apps.billing.choices import UsageStatus
+from apps.billing.models import UsageRecord
 from apps.hardware.models import Node
 from apps.hardware.nodestate import now
 from apps.hardware.resources import summarize
-from apps.keys.choices import UsageStatus
-from apps.keys.models import UsageRecord
 from apps.models.models import ModelVersion
 from apps.routing.breaker import Breaker, BreakerState, breakers_key
 from apps.routing.models import Canary, RoutingDecision, RoutingRule

@@ -60,11 +60,11 @@ CELERY_BEAT_SCHEDULE = {
         "schedule": DMX_SLO_EVALUATION_SECONDS,
     },
     "usage-prune": {
-        "task": "apps.keys.tasks.usage_prune_task",
+        "task": "apps.billing.tasks.usage_prune_task",
         "schedule": crontab(hour=3, minute=30),
     },
     "usage-flush": {
-        "task": "apps.keys.tasks.usage_flush_task",
+        "task": "apps.billing.tasks.usage_flush_task",
         "schedule": DMX_USAGE_FLUSH_SECONDS,
     },
     "nodes-sync": {

@@ -10,9 +10,10 @@ import pytest
 from django.utils import timezone
 from rest_framework.test import APIClient
 
+from apps.billing.services import usage_flush
 from apps.keys.choices import MemberRole, TokenScope
 from apps.keys.models import ApiKey, ManagementToken, Membership, Tenant
-from apps.keys.services import management_token_create, usage_flush
+from apps.keys.services import management_token_create
 from tests.keys.factories import (
     append_usage,
     make_member,

@@ -8,10 +8,11 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.utils import timezone
 
+from apps.billing.counters import period_bounds
 from apps.hardware.nodestate import fleet_key
 from apps.keys.choices import QuotaPeriod
 from apps.keys.models import Plan, PlanQuota
-from apps.keys.ratelimit import period_bounds, quota_key
+from apps.keys.ratelimit import quota_key
 from apps.models.models import LlmModel
 from dmxplatform.redis_client import sync_redis
 from tests.api.conftest import API, error_of, record_usage
@@ -136,7 +137,7 @@ def test_quotas_say_what_remains(member):
     tenant.plan = plan
     tenant.save()
     key, _ = make_api_key(tenant, token_quota=300, token_quota_period=QuotaPeriod.DAY)
-    month, _ = period_bounds(QuotaPeriod.MONTH, timezone.now())
+    month, _, _ = period_bounds(QuotaPeriod.MONTH, timezone.now())
     sync_redis().set(quota_key(tenant.id, "tenant", tenant.id, month, ""), 250)
     response = member.client.get(f"{API}/quotas")
     assert response.status_code == 200

@@ -28,7 +28,7 @@ from apps.billing.models import (
     RedemptionCode,
 )
 from apps.billing.pricing import PRICES_VERSION
-from apps.billing.services import account_of, price_set, redeem, top_up
+from apps.billing.services import account_of, budget_set, price_set, redeem, top_up
 from apps.keys.models import Plan
 from dmxplatform.redis_client import sync_redis
 from tests.api.conftest import record_usage
@@ -48,6 +48,10 @@ MODELS = (
     "redemptionbatch",
     "redemptioncode",
     "notification",
+    # The usage ledger, moved here from keys with its content types (billing.0005): the grants
+    # the roles had on it hold.
+    "usagerecord",
+    "usagedaily",
 )
 
 
@@ -316,17 +320,28 @@ def test_budgets_are_set_through_budget_set_for_the_tenant_or_one_of_its_keys(cl
     form = {"tenant": tenant.id, "period": "day", "amount": "0.000001", "hard": "on"}
     refused = client.post(f"{ADMIN}/budget/add/", {**form, "api_key": foreign.id})
     assert refused.status_code == 200 and not Budget.objects.exists()
-    response = client.post(f"{ADMIN}/budget/add/", {**form, "api_key": key.id})
+    # An operator's budget binds the tenant's owners unless unticked.
+    blank = client.get(f"{ADMIN}/budget/add/").content.decode()
+    assert re.search(r'<input type="checkbox" name="locked"[^>]* checked', blank)
+    response = client.post(f"{ADMIN}/budget/add/", {**form, "api_key": key.id, "locked": "on"})
     assert response.status_code == 302, response.content.decode()[:3000]
     budget = Budget.objects.get()
     assert (budget.api_key_id, budget.amount, budget.hard) == (key.id, Decimal("0.000001"), True)
+    assert budget.locked
 
     page = client.get(f"{ADMIN}/budget/{budget.id}/change/").content.decode()
     assert "Spent this period" in page
     changed = client.post(f"{ADMIN}/budget/{budget.id}/change/", {"amount": "5", "period": "week"})
     assert changed.status_code == 302
     budget.refresh_from_db()
-    assert (budget.amount, budget.hard, budget.period) == (Decimal(5), False, "day")
+    assert (budget.amount, budget.hard, budget.period, budget.locked) == (
+        Decimal(5),
+        False,
+        "day",
+        False,
+    )
+    budget_set(tenant_id=tenant.id, api_key_id=key.id, period="day", amount=Decimal(1), locked=True)
+    # Operators remove a locked budget as any other.
     client.post(f"{ADMIN}/budget/{budget.id}/delete/", {"post": "yes"})
     assert not Budget.objects.exists()
 
@@ -411,10 +426,10 @@ def test_a_batch_form_refuses_what_cannot_be_a_batch(client, operator):
 def test_usage_pages_show_cached_tokens_and_cost_and_tenants_their_money(client, operator):
     key, _ = make_api_key()
     record_usage(key, model="admin-cost", cached_tokens=33, cost_micros=1_000_001)
-    records = client.get("/admin/keys/usagerecord/").content.decode()
+    records = client.get("/admin/billing/usagerecord/").content.decode()
     assert "column-cost" in records and "1.000001" in records
     assert "column-cached_tokens" in records
-    daily = client.get("/admin/keys/usagedaily/").content.decode()
+    daily = client.get("/admin/billing/usagedaily/").content.decode()
     assert "column-cost" in daily and "1.000001" in daily
 
     Plan.objects.create(name="discounted", price_multiplier=Decimal("0.8"))

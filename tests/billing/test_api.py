@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from apps.billing.choices import BillingMode, MovementKind
 from apps.billing.models import BalanceMovement, Budget, Price, RedemptionBatch
-from apps.billing.services import account_update, price_set, top_up
+from apps.billing.services import account_update, budget_set, price_set, top_up
 from apps.billing.services.balances import account_of
 from apps.keys.choices import MemberRole, TokenScope
 from tests.api.conftest import API, as_caller, as_staff, error_of, record_usage
@@ -372,6 +372,36 @@ def test_another_tenant_can_neither_read_nor_change_a_budget(owner, stranger):
     assert stranger.client.get(f"{API}/billing/budgets").json() == []
     budget = Budget.objects.get()
     assert (budget.tenant_id, budget.amount) == (owner.tenant.id, Decimal("3"))
+
+
+def test_a_budget_the_operators_set_binds_the_owners_who_can_only_add_their_own(owner):
+    locked = budget_set(tenant_id=owner.tenant.id, period="month", amount=Decimal(50), locked=True)
+    url = f"{API}/billing/budgets"
+    detail = f"{url}/{locked.id}"
+    assert owner.client.get(detail).json()["locked"] is True
+    for refused in (
+        owner.client.patch(detail, {"amount": "5000"}, format="json"),
+        owner.client.delete(detail),
+        # Setting the scope and period again would replace it.
+        owner.client.post(url, {"period": "month", "amount": "5000"}, format="json"),
+    ):
+        assert refused.status_code == 403, refused.content
+        error = error_of(refused)
+        assert error["code"] == "budget_locked"
+        assert (
+            "monthly budget of 50.000000 USD was set by the platform's operators"
+            in (error["message"])
+        )
+    locked.refresh_from_db()
+    assert (locked.amount, locked.hard) == (Decimal(50), True)
+    # A budget of their own, for another period, limits more; they change it as they like.
+    own = owner.client.post(url, {"period": "day", "amount": "2"}, format="json")
+    assert own.status_code == 201 and own.json()["locked"] is False
+    assert owner.client.delete(f"{url}/{own.json()['id']}").status_code == 204
+    # The operators unlock it: the owners' again.
+    budget_set(tenant_id=owner.tenant.id, period="month", amount=Decimal(50), locked=False)
+    assert owner.client.patch(detail, {"amount": "40"}, format="json").status_code == 200
+    assert Budget.objects.get(id=locked.id).amount == Decimal(40)
 
 
 # Redemption codes ------------------------------------------------------------------------------

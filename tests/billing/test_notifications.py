@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from apps.billing.choices import BillingMode
 from apps.billing.counters import balance_key, period_bounds, spend_key
-from apps.billing.models import BillingAccount, Budget, Notification
+from apps.billing.models import BillingAccount, Budget, Notification, UsageRecord
 from apps.billing.services import (
     AlertKind,
     Charge,
@@ -38,7 +38,7 @@ from apps.billing.tasks import (
     billing_notification_deliver_task,
 )
 from apps.keys.choices import MemberRole
-from apps.keys.models import ApiKey, Tenant, UsageRecord
+from apps.keys.models import ApiKey, Tenant
 from dmxplatform.redis_client import request_redis
 from tests.billing.webhooks import WAIT_SECONDS, Receiver, verified
 from tests.keys.factories import make_api_key, make_member, make_tenant, make_user

@@ -21,13 +21,14 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
+from apps.billing.models import UsageRecord
+from apps.billing.selectors import usage_minute_series
 from apps.console import consumers
 from apps.hardware import broadcast
 from apps.hardware.models import Node
 from apps.hardware.nodestate import TokenRecord, fleet_key, fleet_resources_key
 from apps.hardware.services import node_heartbeat_record, node_register, node_token_authenticate
-from apps.keys.models import ApiKey, UsageRecord
-from apps.keys.selectors import usage_minute_series
+from apps.keys.models import ApiKey
 from config.asgi import application
 from dmxplatform.redis_client import async_redis, sync_redis
 from inference.hardware.detection import get_gpu_info

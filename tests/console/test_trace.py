@@ -14,9 +14,9 @@ from django.contrib.auth.models import Group, User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
+from apps.billing.models import UsageRecord
+from apps.billing.services import usage_flush
 from apps.console.trace import PAGE_SIZE
-from apps.keys.models import UsageRecord
-from apps.keys.services import usage_flush
 from apps.routing.decisions import DECISION_STREAM, DecisionEvent
 from apps.routing.models import RoutingDecision
 from apps.routing.services import decisions_flush
@@ -475,7 +475,7 @@ def test_the_usage_record_and_the_decision_admin_link_to_the_trace(admin_client)
     decision_pk = RoutingDecision.objects.get(request_id=request_id).pk
 
     for url in (
-        f"/admin/keys/usagerecord/{usage_pk}/change/",
+        f"/admin/billing/usagerecord/{usage_pk}/change/",
         f"/admin/routing/routingdecision/{decision_pk}/change/",
     ):
         html = admin_client.get(url).content.decode()
@@ -490,7 +490,7 @@ def test_the_usage_record_and_the_decision_admin_show_the_intent_confidence(admi
     decision_pk = RoutingDecision.objects.get(request_id=request_id).pk
 
     for page in ("usagerecord", "routingdecision"):
-        app = "keys" if page == "usagerecord" else "routing"
+        app = "billing" if page == "usagerecord" else "routing"
         listed = admin_client.get(f"/admin/{app}/{page}/?intent_low_confidence__exact=1")
         assert "column-intent_confidence" in listed.content.decode(), page
         assert request_id in listed.content.decode(), page

@@ -16,8 +16,9 @@ import pytest
 import yaml
 from django.utils import timezone
 
+from apps.billing.counters import period_bounds
 from apps.hardware.nodestate import fleet_key, fleet_resources_key
-from apps.keys.ratelimit import period_bounds, quota_key
+from apps.keys.ratelimit import quota_key
 from apps.models.models import LlmModel
 from dmxplatform.redis_client import sync_redis
 from tests.conftest import BROKEN_MODEL, SERVED_MODELS
@@ -98,7 +99,7 @@ def everything_exported(platform, committed) -> Iterator[None]:
     targets = model.sla_ttft_p95_ms, model.sla_latency_p95_ms
     LlmModel.objects.filter(id=model.id).update(sla_ttft_p95_ms=800, sla_latency_p95_ms=5000)
     key, _ = make_api_key(token_quota=1000, token_quota_period="day")
-    label, _ = period_bounds("day", timezone.now())
+    label, _, _ = period_bounds("day", timezone.now())
     sync_redis().set(quota_key(key.tenant_id, "key", key.id, label, ""), 990)
     gpu_node = make_snapshot(
         id=990_001, name="h100-stand-in", model=BROKEN_MODEL, status="down",

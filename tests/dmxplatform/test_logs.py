@@ -13,9 +13,9 @@ import urllib.request
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-from apps.keys import ledger
-from apps.keys.models import UsageRecord
-from apps.keys.services import usage_replay
+from apps.billing import ledger
+from apps.billing.models import UsageRecord
+from apps.billing.services import usage_replay
 from dmxplatform.logs import bind_request
 from dmxplatform.redis_client import sync_redis
 from tests.faults import TcpProxy

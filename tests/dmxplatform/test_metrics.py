@@ -115,12 +115,13 @@ def test_strangers_get_404_and_a_bearer_token_opens_it(client, settings):
 def test_quotas_near_exhaustion_are_exported_and_the_others_not(client):
     from django.utils import timezone
 
-    from apps.keys.ratelimit import period_bounds, quota_key
+    from apps.billing.counters import period_bounds
+    from apps.keys.ratelimit import quota_key
     from tests.keys.factories import make_api_key
 
     near, _ = make_api_key(token_quota=1000, token_quota_period="day")
     far, _ = make_api_key(token_quota=1000, token_quota_period="day")
-    label, _ = period_bounds("day", timezone.now())
+    label, _, _ = period_bounds("day", timezone.now())
     sync_redis().set(quota_key(near.tenant_id, "key", near.id, label, ""), 950)
     sync_redis().set(quota_key(far.tenant_id, "key", far.id, label, ""), 100)
 

@@ -8,10 +8,11 @@ from django.db import OperationalError, ProgrammingError
 from django.urls import reverse
 from prometheus_client import generate_latest
 
-from apps.keys import ledger, tasks
-from apps.keys.models import ApiKey, UsageRecord
-from apps.keys.services import usage as usage_services
-from apps.keys.services import usage_flush
+from apps.billing import ledger, tasks
+from apps.billing.models import UsageRecord
+from apps.billing.services import usage as usage_services
+from apps.billing.services import usage_flush
+from apps.keys.models import ApiKey
 from config import exposition
 from dmxplatform import streams
 from dmxplatform.redis_client import sync_redis
@@ -74,7 +75,7 @@ def test_batches_behind_a_bad_entry_are_drained_in_the_same_flush():
 
 
 def _store_usage(pairs):
-    from apps.keys.services.usage import _usage_store
+    from apps.billing.services.usage import _usage_store
 
     return _usage_store(pairs)
 

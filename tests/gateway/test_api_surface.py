@@ -17,7 +17,7 @@ import jsonschema
 import openai
 import pytest
 
-from apps.keys.models import UsageRecord
+from apps.billing.models import UsageRecord
 from tests.gateway.test_limits import quota_used
 from tests.gateway.test_openai_client import usage_row
 from tests.http import call

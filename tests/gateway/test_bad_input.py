@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 import pytest
 from django.conf import settings
 
-from apps.keys.models import UsageRecord
+from apps.billing.models import UsageRecord
 from tests.gateway.test_errors import assert_error, chat, hello
 from tests.http import call
 from tests.stack import wait_for

@@ -12,11 +12,10 @@ from django.db.models import Sum
 
 from apps.billing.choices import BillingMode
 from apps.billing.counters import balance_key
-from apps.billing.models import Price
+from apps.billing.models import Price, UsageRecord
 from apps.billing.money import from_micros
 from apps.billing.selectors import budget_status
 from apps.billing.services import account_of, account_update, budget_set, price_set, top_up
-from apps.keys.models import UsageRecord
 from apps.models.models import ModelVersion
 from dmxplatform.redis_client import request_redis
 from tests.conftest import SERVED_MODELS, wait_for_refresh

@@ -21,7 +21,7 @@ import time
 import httpx
 import pytest
 
-from apps.keys.models import UsageRecord
+from apps.billing.models import UsageRecord
 from tests.conftest import SERVED_MODELS
 from tests.http import call
 from tests.keys.factories import make_api_key

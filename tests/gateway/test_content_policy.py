@@ -8,8 +8,8 @@ import openai
 import pytest
 from tokenizers import Tokenizer
 
+from apps.billing.models import UsageRecord
 from apps.gateway.services import sensitive_term_create, sensitive_term_delete
-from apps.keys.models import UsageRecord
 from tests.http import call
 from tests.stack import TINY_MODEL_DIR, wait_for
 

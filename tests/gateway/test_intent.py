@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 from django.core.management import call_command
 
+from apps.billing.ledger import UsageEvent
 from apps.gateway.intent import (
     LABELS,
     ArtifactError,
@@ -45,7 +46,6 @@ from apps.gateway.prompts import intent_text
 from apps.gateway.schemas import Endpoint, validate_completion
 from apps.gateway.settlement import usage_event
 from apps.gateway.state import CompletionState
-from apps.keys.ledger import UsageEvent
 from apps.routing.decisions import DECISION_STREAM, DecisionEvent
 from apps.routing.dispatcher import Dispatch
 from apps.routing.router import Decision

@@ -9,7 +9,7 @@ import threading
 import time
 import urllib.parse
 
-from apps.keys.models import UsageRecord
+from apps.billing.models import UsageRecord
 from apps.keys.ratelimit import rules_for
 from apps.keys.selectors import key_record_load
 from dmxplatform.redis_client import sync_redis

@@ -18,9 +18,9 @@ from collections.abc import Iterator
 
 import pytest
 
+from apps.billing.models import UsageRecord
 from apps.hardware.models import Node
 from apps.hardware.services import node_drain, node_undrain
-from apps.keys.models import UsageRecord
 from apps.routing.breaker import Breaker, breakers_key
 from dmxplatform.redis_client import sync_redis
 from tests.conftest import TINY_CONTEXT, RunningPlatform, fleet_node, serving_worker

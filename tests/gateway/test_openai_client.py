@@ -7,7 +7,7 @@ import time
 import openai
 import pytest
 
-from apps.keys.models import UsageRecord
+from apps.billing.models import UsageRecord
 from tests.stack import wait_for
 
 MODEL = "dmx-tiny"

@@ -8,8 +8,8 @@ import urllib.request
 
 import pytest
 
+from apps.billing.models import UsageRecord
 from apps.gateway.request_ids import MAX_CLIENT_REQUEST_ID, accept_client_request_id
-from apps.keys.models import UsageRecord
 from dmxplatform.errors import InvalidRequestError
 from inference.engine import EngineConfig
 from tests.http import call

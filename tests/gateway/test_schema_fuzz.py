@@ -29,7 +29,7 @@ import schemathesis
 from hypothesis import HealthCheck, Phase, settings
 from schemathesis.checks import not_a_server_error
 
-from apps.keys import ledger
+from apps.billing import ledger
 from dmxplatform.redis_client import sync_redis
 from tests.fuzz import ERROR_FIELDS, fuzz_config
 from tests.stack import wait_for

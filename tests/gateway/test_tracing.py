@@ -21,11 +21,11 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span as SpanProto
 
+from apps.billing.models import UsageRecord
 from apps.gateway import tracing
 from apps.gateway.schemas import Endpoint
 from apps.gateway.state import CompletionState
 from apps.hardware.nodestate import NodeSnapshot
-from apps.keys.models import UsageRecord
 from dmxplatform.stages import Stage, StageClock, TracedStageClock
 from inference.engine import EngineConfig
 from tests.conftest import RunningPlatform, wait_until_served

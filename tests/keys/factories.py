@@ -8,7 +8,7 @@ import uuid
 from django.apps import apps as installed_apps
 from django.contrib.auth.models import Group, User
 
-from apps.keys import ledger
+from apps.billing import ledger
 from apps.keys.choices import MemberRole
 from apps.keys.keycache import KeyRecord
 from apps.keys.models import ApiKey, Membership, Tenant

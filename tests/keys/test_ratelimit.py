@@ -5,7 +5,8 @@ from datetime import UTC, datetime
 import orjson
 import pytest
 
-from apps.keys import ledger
+from apps.billing import ledger
+from apps.billing.counters import period_bounds
 from apps.keys.keycache import KeyRecord, Limits, Quota
 from apps.keys.limiter import (
     Limiter,
@@ -15,7 +16,7 @@ from apps.keys.limiter import (
     _settle_row,
     _settle_spec,
 )
-from apps.keys.ratelimit import Meter, format_duration, period_bounds, rules_for
+from apps.keys.ratelimit import Meter, format_duration, rules_for
 from apps.keys.signing import REPLAY_TTL_SECONDS
 from dmxplatform import streams
 from dmxplatform.redis_client import sync_redis
@@ -230,7 +231,23 @@ def test_format_duration(ms, text):
 
 
 def test_period_bounds_are_utc_calendar_periods():
+    """One calendar for quotas (hour, day, month) and budgets (day, ISO week, month)."""
     moment = datetime(2026, 12, 31, 23, 59, tzinfo=UTC)
-    assert period_bounds("hour", moment) == ("2026123123", datetime(2027, 1, 1, tzinfo=UTC))
-    assert period_bounds("day", moment) == ("20261231", datetime(2027, 1, 1, tzinfo=UTC))
-    assert period_bounds("month", moment) == ("202612", datetime(2027, 1, 1, tzinfo=UTC))
+    new_year = datetime(2027, 1, 1, tzinfo=UTC)
+    assert period_bounds("hour", moment) == (
+        "2026123123",
+        datetime(2026, 12, 31, 23, tzinfo=UTC),
+        new_year,
+    )
+    assert period_bounds("day", moment) == (
+        "20261231",
+        datetime(2026, 12, 31, tzinfo=UTC),
+        new_year,
+    )
+    # 2026-12-31 is a Thursday of ISO week 53.
+    assert period_bounds("week", moment) == (
+        "2026W53",
+        datetime(2026, 12, 28, tzinfo=UTC),
+        datetime(2027, 1, 4, tzinfo=UTC),
+    )
+    assert period_bounds("month", moment) == ("202612", datetime(2026, 12, 1, tzinfo=UTC), new_year)

@@ -18,13 +18,13 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import connection
 from redis.crc import key_slot
 
-from apps.keys import ledger, tasks
+from apps.billing import ledger, tasks
+from apps.billing.models import UsageRecord
+from apps.billing.services import usage_flush
 from apps.keys.keycache import BudgetLimit, Limits, Quota
 from apps.keys.leases import LeaseBook
 from apps.keys.limiter import Limiter
-from apps.keys.models import UsageRecord
 from apps.keys.ratelimit import Meter, rules_for
-from apps.keys.services import usage_flush
 from apps.routing.breaker import BreakerBoard, BreakerState
 from apps.routing.decisions import DECISION_STREAM
 from apps.routing.services import breaker_reset

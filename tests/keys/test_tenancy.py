@@ -11,9 +11,10 @@ from django.core import mail
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from apps.billing.counters import period_bounds
 from apps.keys.choices import MemberRole, QuotaPeriod, TokenScope
 from apps.keys.models import Membership, Plan, PlanQuota
-from apps.keys.ratelimit import period_bounds, quota_key
+from apps.keys.ratelimit import quota_key
 from apps.keys.selectors import key_record_load, membership_find, quota_status
 from apps.keys.services import (
     api_key_create,
@@ -223,8 +224,8 @@ def test_quota_status_reads_what_admission_counted_this_period():
     tenant.save()
     key, _ = make_api_key(tenant, token_quota=300, token_quota_period=QuotaPeriod.DAY)
     now = timezone.now()
-    month, _ = period_bounds(QuotaPeriod.MONTH, now)
-    day, day_end = period_bounds(QuotaPeriod.DAY, now)
+    month, _, _ = period_bounds(QuotaPeriod.MONTH, now)
+    day, _, day_end = period_bounds(QuotaPeriod.DAY, now)
     request_redis().set(quota_key(tenant.id, "tenant", tenant.id, month, ""), 250)
     request_redis().set(quota_key(tenant.id, "key", key.id, day, ""), 120)
     found = {(q.scope, q.period): q for q in quota_status(tenant=tenant, now=now)}

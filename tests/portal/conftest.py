@@ -9,8 +9,9 @@ from datetime import datetime
 import pytest
 from django.test import Client
 
+from apps.billing.models import UsageDaily, UsageRecord
 from apps.keys.choices import MemberRole
-from apps.keys.models import ApiKey, Membership, Tenant, UsageDaily, UsageRecord
+from apps.keys.models import ApiKey, Membership, Tenant
 from tests.keys.factories import make_member, make_tenant, make_user
 
 

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from apps.billing.choices import BillingMode, BudgetPeriod, MovementKind
 from apps.billing.counters import period_bounds, spend_key
-from apps.billing.models import BalanceMovement, BillingAccount, Budget
+from apps.billing.models import BalanceMovement, BillingAccount, Budget, UsageRecord
 from apps.billing.money import to_micros
 from apps.billing.services import (
     account_of,
@@ -27,7 +27,6 @@ from apps.billing.services import (
     price_set,
     top_up,
 )
-from apps.keys.models import UsageRecord
 from apps.portal import statements
 from apps.portal.templatetags.money import FIGURE_SPACE, aligned_text, amount_text, money_text
 from dmxplatform.redis_client import request_redis
@@ -175,6 +174,25 @@ def test_an_owner_removes_a_budget_after_confirming(owner, stranger):
     assert Budget.objects.filter(pk=budget.pk).exists()
     assert owner.client.post(delete).status_code == 302
     assert not Budget.objects.filter(pk=budget.pk).exists()
+
+
+def test_a_budget_the_operators_set_is_shown_and_kept_from_the_owners(owner):
+    budget = budget_set(tenant_id=owner.tenant.id, period="month", amount=Decimal(5), locked=True)
+    delete = reverse("portal:billing_budget_delete", args=[budget.id])
+    html = _html(owner.client.get(reverse("portal:billing")))
+    (row,) = _rows(html, "budgets-table")
+    assert "set by the operator" in row and delete not in row
+
+    refused = _set_budget(owner, amount="999")
+    assert refused.status_code == 400
+    assert "set by the platform&#x27;s operators" in _html(refused)
+    followed = owner.client.post(delete, follow=True)
+    assert "set by the platform&#x27;s operators" in _html(followed)
+    budget.refresh_from_db()
+    assert budget.amount == Decimal(5)
+    # A budget of the owners' own beside it, for another period.
+    assert _set_budget(owner, period="day", amount="1").status_code == 302
+    assert Budget.objects.filter(tenant=owner.tenant).count() == 2
 
 
 @pytest.mark.parametrize(

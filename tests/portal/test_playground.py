@@ -17,8 +17,9 @@ from django.utils import timezone
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import ClientConnection, connect
 
+from apps.billing.models import UsageRecord
 from apps.keys.choices import MemberRole
-from apps.keys.models import ApiKey, UsageRecord
+from apps.keys.models import ApiKey
 from apps.keys.services import api_key_revoke
 from apps.models.choices import ModelKind
 from tests.keys.factories import make_api_key, make_member, make_tenant, make_user

@@ -3,7 +3,13 @@
 import pytest
 
 from apps.routing.breaker import slow_limit_ms
-from apps.routing.router import PREFIX_BLOCK_TOKENS, node_rates, predicted_ttft, profile_rates
+from apps.routing.router import (
+    PEER_PREFILL_SPREAD,
+    PREFIX_BLOCK_TOKENS,
+    node_rates,
+    predicted_ttft,
+    profile_rates,
+)
 from inference.prefix_cache import PrefixFilter, chain_hashes
 from tests.routing.factories import make_router, make_snapshot, occupy, route_request
 
@@ -107,6 +113,27 @@ def test_a_measured_prefill_rate_overrides_the_profile_and_scales_the_unmeasured
         3 * predicted_ttft(router.fleet, fast, request)
     )
     assert chosen(router, request) == "fast"
+
+
+def test_twins_measured_ten_times_apart_are_held_within_the_peer_spread():
+    """Two identical engines, one measured alone (fast), one under concurrent prefills (slow):
+    the readings CI once saw. Two 1,900-token prompts wait on the "fast" one, four short ones
+    decode on the other: the long prompt still goes to the one with less work ahead."""
+    fast = make_snapshot(name="fast", max_model_len=LONG, prefill_tokens_per_second=18_049.9)
+    slow = make_snapshot(
+        name="slow", max_model_len=LONG, prefill_tokens_per_second=1_672.1, num_requests_running=4
+    )
+    router = make_router(fast, slow)
+    mean = (18_049.9 * 1_672.1) ** 0.5
+    assert node_rates(router.fleet, fast).prefill == pytest.approx(mean * PEER_PREFILL_SPREAD)
+    assert node_rates(router.fleet, slow).prefill == pytest.approx(mean / PEER_PREFILL_SPREAD)
+    for _ in range(2):
+        router.fleet.begin(fast.id, prompt_tokens=1_900, completion_tokens=1)
+    for _ in range(4):
+        router.fleet.prefilled(
+            router.fleet.begin(slow.id, prompt_tokens=20, completion_tokens=1_900)
+        )
+    assert chosen(router, route_request(prompt_tokens=640, completion_tokens=1)) == "slow"
 
 
 def test_a_node_whose_requests_just_started_is_not_taken_for_a_slow_decoder():

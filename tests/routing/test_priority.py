@@ -18,8 +18,8 @@ import uuid
 import httpx
 import pytest
 
+from apps.billing.models import UsageRecord
 from apps.keys.choices import PriorityTier
-from apps.keys.models import UsageRecord
 from tests.conftest import TINY_CONTEXT, fleet_node, serving_worker
 from tests.keys.factories import make_api_key
 from tests.models.factories import make_model

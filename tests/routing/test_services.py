@@ -7,7 +7,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from apps.keys.models import UsageRecord
+from apps.billing.models import UsageRecord
 from apps.models.models import ModelVersion
 from apps.models.services import model_version_create
 from apps.routing.choices import CanaryAction, RecomputationStatus

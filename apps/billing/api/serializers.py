@@ -1,5 +1,6 @@
 """What the management API reads and writes of billing: prices, a tenant's account, movements
-and budgets, redemptions, and (operators) top-ups, prices and code batches.
+and budgets, redemptions, usage records, daily totals and statements, and (operators) top-ups,
+prices and code batches.
 
 Every amount is a decimal string with six places (micro-units of DMX_CURRENCY), in and out: a
 JSON number would be a float on the way, which money never is.
@@ -7,6 +8,7 @@ JSON number would be a float on the way, which money never is.
 
 from __future__ import annotations
 
+from datetime import date, datetime
 from decimal import Decimal
 
 from django.conf import settings
@@ -15,7 +17,14 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from apps.billing.choices import BillingMode, BudgetPeriod, MovementKind
-from apps.billing.models import BalanceMovement, Price, RedemptionBatch, RedemptionCode
+from apps.billing.models import (
+    BalanceMovement,
+    Price,
+    RedemptionBatch,
+    RedemptionCode,
+    UsageDaily,
+    UsageRecord,
+)
 from apps.billing.money import AMOUNT_INPUT_DIGITS, MAX_AMOUNT
 from apps.billing.services.codes import MAX_BATCH, MAX_CODE_LENGTH
 
@@ -27,6 +36,8 @@ SMALLEST = Decimal(1).scaleb(-PLACES)  # 0.000001
 PRICE_DIGITS = 12
 # The stored amounts' digits (balances, costs): what may come out.
 STORED_DIGITS = 20
+# The last month a statement can be asked for: its end is the first day of the next one.
+LAST_STATEMENT_YEAR = 9998
 
 
 class Money(serializers.DecimalField):
@@ -218,6 +229,11 @@ class BudgetOutput(serializers.Serializer):
     )
     period = serializers.ChoiceField(source="budget.period", choices=BudgetPeriod.choices)
     amount = Money(source="budget.amount")
+    locked = serializers.BooleanField(
+        source="budget.locked",
+        help_text="Set by the platform's operators: owners cannot change or remove it (403 "
+        "`budget_locked`).",
+    )
     hard = serializers.BooleanField(
         source="budget.hard", help_text="Refuse requests past it; false: only alert."
     )
@@ -324,3 +340,112 @@ class BatchInput(serializers.Serializer):
         if moment is not None and moment <= timezone.now():
             raise serializers.ValidationError("A moment in the future.")
         return moment
+
+
+# Usage and statements -----------------------------------------------------------------------------
+
+
+class UsageRecordOutput(serializers.ModelSerializer):
+    key = serializers.CharField(source="api_key.key_id", help_text="The key's id (key_id).")
+    total_tokens = serializers.IntegerField()
+    cached_tokens = serializers.IntegerField(
+        help_text="Prompt tokens the engine served from its prefix cache (billed at the cached "
+        "input price)."
+    )
+    cost = Money(help_text="At the prices in force when the request arrived, in DMX_CURRENCY.")
+
+    class Meta:
+        model = UsageRecord
+        fields = [
+            "request_id",
+            "created_at",
+            "key",
+            "endpoint",
+            "model",
+            "model_version",
+            "intent",
+            "stream",
+            "status",
+            "http_status",
+            "error_code",
+            "prompt_tokens",
+            "cached_tokens",
+            "completion_tokens",
+            "total_tokens",
+            "cost",
+            "duration_ms",
+            "time_to_first_token_ms",
+        ]
+        read_only_fields = fields
+
+
+class UsageDailyOutput(serializers.ModelSerializer):
+    key = serializers.CharField(source="api_key.key_id", help_text="The key's id (key_id).")
+    total_tokens = serializers.SerializerMethodField()
+    cost = Money(help_text="The day's requests' costs added up, in DMX_CURRENCY.")
+
+    class Meta:
+        model = UsageDaily
+        fields = [
+            "day",
+            "key",
+            "model",
+            "requests",
+            "errors",
+            "prompt_tokens",
+            "cached_tokens",
+            "completion_tokens",
+            "total_tokens",
+            "cost",
+        ]
+        read_only_fields = fields
+
+    def get_total_tokens(self, day: UsageDaily) -> int:
+        return day.prompt_tokens + day.completion_tokens
+
+
+class StatementQuery(serializers.Serializer):
+    month = serializers.CharField(
+        required=False, help_text="The UTC month, YYYY-MM; empty: this month."
+    )
+
+    def validate_month(self, text: str) -> date:
+        try:
+            month = datetime.strptime(text, "%Y-%m").date()  # noqa: DTZ007 (a calendar month)
+        except ValueError:
+            raise serializers.ValidationError("A month as YYYY-MM, e.g. 2026-05.") from None
+        if month.year > LAST_STATEMENT_YEAR:
+            raise serializers.ValidationError(f"A month before {LAST_STATEMENT_YEAR + 1}.")
+        return month
+
+
+class StatementLineOutput(serializers.Serializer):
+    model = serializers.CharField()
+    requests = serializers.IntegerField()
+    prompt_tokens = serializers.IntegerField(help_text="Cached tokens included.")
+    cached_tokens = serializers.IntegerField()
+    completion_tokens = serializers.IntegerField()
+    cost = Money()
+
+
+class StatementOutput(serializers.Serializer):
+    """A tenant's usage and cost per model for a UTC month; for a prepaid tenant, what moved
+    its balance, by kind."""
+
+    month = serializers.SerializerMethodField()
+    currency = serializers.SerializerMethodField()
+    lines = StatementLineOutput(many=True)
+    total = Money(help_text="The lines' costs added up.")
+    movements = serializers.DictField(
+        child=Money(),
+        help_text="The month's balance movements added up by kind (top_up, redemption, "
+        "charge, refund, adjustment); debits are negative.",
+    )
+
+    @extend_schema_field(serializers.CharField(help_text="The UTC month, YYYY-MM."))
+    def get_month(self, statement) -> str:
+        return f"{statement.month:%Y-%m}"
+
+    @extend_schema_field(serializers.CharField(help_text="ISO 4217, the platform's one."))
+    def get_currency(self, statement) -> str:
+        return settings.DMX_CURRENCY

@@ -1,6 +1,6 @@
-"""The management API's billing: prices, a tenant's account, movements, budgets and
-redemptions, and operators' top-ups, prices and code batches. A tenant's monthly statement is
-the keys app's (/billing/statement: it reads the usage rollups)."""
+"""The management API's billing: prices, a tenant's account, movements, budgets, redemptions,
+usage records, daily totals and monthly statements, and operators' top-ups, prices and code
+batches."""
 
 from django.urls import path
 
@@ -13,6 +13,9 @@ urlpatterns = [
     path("billing/budgets", views.BudgetList.as_view(), name="budget-list"),
     path("billing/budgets/<int:pk>", views.BudgetDetail.as_view(), name="budget-detail"),
     path("billing/redeem", views.Redeem.as_view(), name="billing-redeem"),
+    path("billing/statement", views.StatementDetail.as_view(), name="billing-statement"),
+    path("usage/records", views.UsageRecordList.as_view(), name="usage-records"),
+    path("usage/daily", views.UsageDailyList.as_view(), name="usage-daily"),
     path(
         "tenants/<int:pk>/billing-account",
         views.TenantAccount.as_view(),

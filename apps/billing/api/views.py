@@ -1,7 +1,8 @@
 """The management API's billing: the price list (any member), a tenant's account, movements,
-budgets and redemptions (its own), and operators' top-ups, prices and code batches. Each view
-checks its input, calls one service or selector and serializes; who the caller is and which
-tenant it acts in come from dmxplatform.api (the identity app, named in settings)."""
+budgets, redemptions, usage records, daily totals and statements (its own), and operators'
+top-ups, prices and code batches. Each view checks its input, calls one service or selector
+and serializes; who the caller is and which tenant it acts in come from dmxplatform.api (the
+identity app, named in settings)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import re
 
 from django.db import transaction
 from django.http import Http404
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -22,7 +24,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from apps.billing.api.filters import MovementFilter
+from apps.billing.api.filters import MovementFilter, UsageDailyFilter, UsageRecordFilter
 from apps.billing.api.serializers import (
     AccountInput,
     AccountOutput,
@@ -40,10 +42,21 @@ from apps.billing.api.serializers import (
     PriceListOutput,
     PriceOutput,
     RedeemInput,
+    StatementOutput,
+    StatementQuery,
     TopUpInput,
+    UsageDailyOutput,
+    UsageRecordOutput,
 )
 from apps.billing.errors import BillingErrorCode
-from apps.billing.models import BalanceMovement, BillingAccount, Budget, Price
+from apps.billing.models import (
+    BalanceMovement,
+    BillingAccount,
+    Budget,
+    Price,
+    UsageDaily,
+    UsageRecord,
+)
 from apps.billing.selectors import (
     BudgetStatus,
     account_find,
@@ -51,6 +64,9 @@ from apps.billing.selectors import (
     movements_of,
     price_list,
     prices_of_version,
+    statement_of,
+    usage_daily_of,
+    usage_records_of,
 )
 from apps.billing.selectors.admin_api import (
     api_key_of_tenant,
@@ -59,6 +75,7 @@ from apps.billing.selectors.admin_api import (
     tenant_exists,
 )
 from apps.billing.services import (
+    BudgetLocked,
     RedemptionError,
     account_of,
     account_update,
@@ -71,7 +88,7 @@ from apps.billing.services import (
 )
 from dmxplatform.api import ManagementApiMixin, NewestFirst, OperatorApiMixin, TenantScopedApiMixin
 from dmxplatform.api.schema import ERROR
-from dmxplatform.errors import ConflictError, InvalidRequestError
+from dmxplatform.errors import ConflictError, InvalidRequestError, PermissionDeniedError
 
 # What the codes' responses may never be kept as: a cache would hold them in the clear.
 NOT_STORED = {"Cache-Control": "no-store"}
@@ -173,6 +190,11 @@ class BudgetMixin(TenantScopedApiMixin):
                 return status
         raise Http404
 
+    def handle_exception(self, exc: Exception) -> Response:
+        if isinstance(exc, BudgetLocked):
+            exc = PermissionDeniedError(str(exc), code=exc.code)
+        return super().handle_exception(exc)
+
 
 @extend_schema_view(
     get=extend_schema(
@@ -184,7 +206,8 @@ class BudgetMixin(TenantScopedApiMixin):
         summary="Set a budget for the tenant or one of its keys",
         description="Owners only. One budget per key (or the whole tenant) and period: setting "
         "it again replaces it. A hard budget refuses a request that could pass it (429 "
-        "`insufficient_quota`); a soft one alerts at 80% and 100%.",
+        "`insufficient_quota`); a soft one alerts at 80% and 100%. A budget the operators set "
+        "(`locked`) is theirs: replacing it is a 403 (`budget_locked`).",
         tags=["billing"],
         request=BudgetInput,
         responses={201: BudgetOutput},
@@ -210,14 +233,14 @@ class BudgetList(BudgetMixin, generics.GenericAPIView):
     get=extend_schema(summary="Show a budget and its spend this period", tags=["billing"]),
     patch=extend_schema(
         summary="Change a budget's amount or whether it is hard",
-        description="Owners only.",
+        description="Owners only; not a budget the operators set (403 `budget_locked`).",
         tags=["billing"],
         request=BudgetChangeInput,
         responses=BudgetOutput,
     ),
     delete=extend_schema(
         summary="Delete a budget",
-        description="Owners only.",
+        description="Owners only; not a budget the operators set (403 `budget_locked`).",
         tags=["billing"],
         responses={204: None},
     ),
@@ -435,3 +458,59 @@ class BatchDetail(BatchMixin, generics.RetrieveAPIView):
 
     def get_queryset(self):
         return batches_with_counts(with_codes=True)
+
+
+# Usage and statements -----------------------------------------------------------------------------
+
+
+@extend_schema_view(
+    get=extend_schema(
+        summary="List usage records, newest first",
+        description="One record per request, filtered by time, key, model and status.",
+        tags=["usage"],
+    )
+)
+class UsageRecordList(TenantScopedApiMixin, generics.ListAPIView):
+    queryset = UsageRecord.objects.none()
+    serializer_class = UsageRecordOutput
+    filterset_class = UsageRecordFilter
+
+    def get_queryset(self):
+        return usage_records_of(tenant_id=self.tenant_id)
+
+
+class ByDay(NewestFirst):
+    ordering = ("-day", "-id")
+
+
+@extend_schema_view(
+    get=extend_schema(
+        summary="List daily usage totals, newest first",
+        description="Per UTC day, key and model.",
+        tags=["usage"],
+    )
+)
+class UsageDailyList(TenantScopedApiMixin, generics.ListAPIView):
+    queryset = UsageDaily.objects.none()
+    serializer_class = UsageDailyOutput
+    filterset_class = UsageDailyFilter
+    pagination_class = ByDay
+
+    def get_queryset(self):
+        return usage_daily_of(tenant_id=self.tenant_id).select_related("api_key")
+
+
+class StatementDetail(TenantScopedApiMixin, APIView):
+    @extend_schema(
+        summary="Show the tenant's statement for a month: usage and cost per model",
+        description="From the daily rollups, which add up to the usage records' costs; for a "
+        "prepaid tenant, the month's balance movements by kind too.",
+        tags=["billing"],
+        parameters=[StatementQuery],
+        responses=StatementOutput,
+    )
+    def get(self, request: Request) -> Response:
+        query = StatementQuery(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        month = query.validated_data.get("month") or timezone.now().date()
+        return Response(StatementOutput(statement_of(tenant_id=self.tenant_id, month=month)).data)

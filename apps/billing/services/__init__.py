@@ -6,6 +6,8 @@ balances       prepaid accounts: credits, usage charges, seeding Redis's copy, t
 codes          redemption code batches and redeeming one
 notifications  budget and balance alerts: recorded once per period, mailed, posted signed
 recovery       billing's Redis counters put back after the request store lost them
+usage          the usage ledger: flush from the Redis stream into records and daily rollups
+               (costs, prepaid charges), replay, prune
 """
 
 from apps.billing.services.balances import (
@@ -18,7 +20,7 @@ from apps.billing.services.balances import (
     top_up,
     usage_charges,
 )
-from apps.billing.services.budgets import budget_delete, budget_set
+from apps.billing.services.budgets import BudgetLocked, budget_delete, budget_set
 from apps.billing.services.codes import RedemptionError, code_hash, codes_generate, redeem
 from apps.billing.services.notifications import (
     AlertKind,
@@ -31,9 +33,12 @@ from apps.billing.services.notifications import (
 )
 from apps.billing.services.prices import price_set, price_withdraw
 from apps.billing.services.recovery import balance_copies_drop, spend_restore, spend_restored
+from apps.billing.services.usage import USAGE_PRUNE_BATCH, usage_flush, usage_prune, usage_replay
 
 __all__ = [
+    "USAGE_PRUNE_BATCH",
     "AlertKind",
+    "BudgetLocked",
     "Charge",
     "Delivery",
     "RedemptionError",
@@ -57,6 +62,9 @@ __all__ = [
     "spend_restored",
     "top_up",
     "usage_charges",
+    "usage_flush",
+    "usage_prune",
+    "usage_replay",
     "webhook_secret_ensure",
     "webhook_signature",
 ]

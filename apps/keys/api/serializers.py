@@ -1,12 +1,8 @@
-"""What the management API reads and writes for keys, usage, quotas, members, tokens and (for
+"""What the management API reads and writes for keys, quotas, members, tokens and (for
 operators) tenants and plans. Inputs are checked here; services do the writes."""
 
 from __future__ import annotations
 
-from datetime import date, datetime
-
-from django.conf import settings
-from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from apps.keys.choices import MemberRole, QuotaPeriod, TokenScope
@@ -18,8 +14,6 @@ from apps.keys.models import (
     Plan,
     PlanQuota,
     Tenant,
-    UsageDaily,
-    UsageRecord,
 )
 from apps.keys.services import LIMIT_NAMES, MAX_ROTATION_GRACE
 
@@ -28,10 +22,6 @@ QUOTA_SCOPES = [("tenant", "The tenant's plan"), ("key", "One key's own quota")]
 MAX_LIST_ITEMS = 100
 # The longest CIDR text: a full IPv6 address and its prefix length.
 MAX_NETWORK_LENGTH = 43
-# Costs as the ledger stores them: micro-units of DMX_CURRENCY (apps.billing.money).
-COST_DIGITS, COST_PLACES = 20, 6
-# The last month a statement can be asked for: its end is the first day of the next one.
-LAST_STATEMENT_YEAR = 9998
 
 
 def _names(**options) -> serializers.ListField:
@@ -130,120 +120,7 @@ class ApiKeyRotateInput(serializers.Serializer):
     )
 
 
-# Usage and quotas ------------------------------------------------------------------------------
-
-
-def _cost(**options) -> serializers.DecimalField:
-    """Money as the API shows it: a decimal string of six places, in DMX_CURRENCY."""
-    return serializers.DecimalField(
-        max_digits=COST_DIGITS, decimal_places=COST_PLACES, coerce_to_string=True, **options
-    )
-
-
-class UsageRecordOutput(serializers.ModelSerializer):
-    key = serializers.CharField(source="api_key.key_id", help_text="The key's id (key_id).")
-    total_tokens = serializers.IntegerField()
-    cached_tokens = serializers.IntegerField(
-        help_text="Prompt tokens the engine served from its prefix cache (billed at the cached "
-        "input price)."
-    )
-    cost = _cost(help_text="At the prices in force when the request arrived, in DMX_CURRENCY.")
-
-    class Meta:
-        model = UsageRecord
-        fields = [
-            "request_id",
-            "created_at",
-            "key",
-            "endpoint",
-            "model",
-            "model_version",
-            "intent",
-            "stream",
-            "status",
-            "http_status",
-            "error_code",
-            "prompt_tokens",
-            "cached_tokens",
-            "completion_tokens",
-            "total_tokens",
-            "cost",
-            "duration_ms",
-            "time_to_first_token_ms",
-        ]
-        read_only_fields = fields
-
-
-class UsageDailyOutput(serializers.ModelSerializer):
-    key = serializers.CharField(source="api_key.key_id", help_text="The key's id (key_id).")
-    total_tokens = serializers.SerializerMethodField()
-    cost = _cost(help_text="The day's requests' costs added up, in DMX_CURRENCY.")
-
-    class Meta:
-        model = UsageDaily
-        fields = [
-            "day",
-            "key",
-            "model",
-            "requests",
-            "errors",
-            "prompt_tokens",
-            "cached_tokens",
-            "completion_tokens",
-            "total_tokens",
-            "cost",
-        ]
-        read_only_fields = fields
-
-    def get_total_tokens(self, day: UsageDaily) -> int:
-        return day.prompt_tokens + day.completion_tokens
-
-
-class StatementQuery(serializers.Serializer):
-    month = serializers.CharField(
-        required=False, help_text="The UTC month, YYYY-MM; empty: this month."
-    )
-
-    def validate_month(self, text: str) -> date:
-        try:
-            month = datetime.strptime(text, "%Y-%m").date()  # noqa: DTZ007 (a calendar month)
-        except ValueError:
-            raise serializers.ValidationError("A month as YYYY-MM, e.g. 2026-05.") from None
-        if month.year > LAST_STATEMENT_YEAR:
-            raise serializers.ValidationError(f"A month before {LAST_STATEMENT_YEAR + 1}.")
-        return month
-
-
-class StatementLineOutput(serializers.Serializer):
-    model = serializers.CharField()
-    requests = serializers.IntegerField()
-    prompt_tokens = serializers.IntegerField(help_text="Cached tokens included.")
-    cached_tokens = serializers.IntegerField()
-    completion_tokens = serializers.IntegerField()
-    cost = _cost()
-
-
-class StatementOutput(serializers.Serializer):
-    """A tenant's usage and cost per model for a UTC month; for a prepaid tenant, what moved
-    its balance, by kind."""
-
-    month = serializers.SerializerMethodField()
-    currency = serializers.SerializerMethodField()
-    lines = StatementLineOutput(many=True)
-    total = _cost(help_text="The lines' costs added up.")
-    movements = serializers.DictField(
-        child=_cost(),
-        help_text="The month's balance movements added up by kind (top_up, redemption, "
-        "charge, refund, adjustment); debits are negative.",
-    )
-
-    @extend_schema_field(serializers.CharField(help_text="The UTC month, YYYY-MM."))
-    def get_month(self, statement) -> str:
-        return f"{statement.month:%Y-%m}"
-
-    @extend_schema_field(serializers.CharField(help_text="ISO 4217, the platform's one."))
-    def get_currency(self, statement) -> str:
-        return settings.DMX_CURRENCY
+# Quotas -------------------------------------------------------------------------------------------
 
 
 class QuotaStatusOutput(serializers.Serializer):

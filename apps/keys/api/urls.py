@@ -1,5 +1,4 @@
-"""The management API's keys, usage and statements, quotas, members, invitations, tokens,
-tenants and plans."""
+"""The management API's keys, quotas, members, invitations, tokens, tenants and plans."""
 
 from django.urls import path, register_converter
 
@@ -26,9 +25,6 @@ urlpatterns = [
     path("keys/<credential_id:key_id>", views.KeyDetail.as_view(), name="key-detail"),
     path("keys/<credential_id:key_id>/rotate", views.KeyRotate.as_view(), name="key-rotate"),
     path("keys/<credential_id:key_id>/revoke", views.KeyRevoke.as_view(), name="key-revoke"),
-    path("usage/records", views.UsageRecordList.as_view(), name="usage-records"),
-    path("usage/daily", views.UsageDailyList.as_view(), name="usage-daily"),
-    path("billing/statement", views.StatementDetail.as_view(), name="billing-statement"),
     path("quotas", views.QuotaList.as_view(), name="quota-list"),
     path("members", views.MemberList.as_view(), name="member-list"),
     path("members/<int:pk>", views.MemberDetail.as_view(), name="member-detail"),

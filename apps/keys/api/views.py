@@ -1,13 +1,12 @@
-"""The management API's keys, usage, statements, quotas, members, invitations and tokens (a
-tenant's own), and tenants and plans (operators'). Each view checks its input, calls one
-service or selector and serializes; who may call is apps.keys.api.auth's."""
+"""The management API's keys, quotas, members, invitations and tokens (a tenant's own), and
+tenants and plans (operators'). Each view checks its input, calls one service or selector and
+serializes; who may call is apps.keys.api.auth's."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
 from django.urls import reverse
-from django.utils import timezone
 from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
 from rest_framework import generics
 from rest_framework.request import Request
@@ -15,7 +14,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from apps.keys.api.auth import TenantApiMixin, TenantOwner
-from apps.keys.api.filters import ApiKeyFilter, TenantFilter, UsageDailyFilter, UsageRecordFilter
+from apps.keys.api.filters import ApiKeyFilter, TenantFilter
 from apps.keys.api.serializers import (
     ApiKeyInput,
     ApiKeyOutput,
@@ -27,35 +26,19 @@ from apps.keys.api.serializers import (
     MemberRoleInput,
     PlanSerializer,
     QuotaStatusOutput,
-    StatementOutput,
-    StatementQuery,
     TenantInput,
     TenantOutput,
     TokenInput,
     TokenOutput,
     TokenWithSecret,
-    UsageDailyOutput,
-    UsageRecordOutput,
 )
-from apps.keys.models import (
-    ApiKey,
-    Invitation,
-    ManagementToken,
-    Membership,
-    Plan,
-    Tenant,
-    UsageDaily,
-    UsageRecord,
-)
+from apps.keys.models import ApiKey, Invitation, ManagementToken, Membership, Plan, Tenant
 from apps.keys.selectors import (
     api_keys_of,
     management_tokens_of,
     quota_status,
-    statement_of,
     tenant_invitations_open,
     tenant_members,
-    usage_daily_of,
-    usage_records_of,
 )
 from apps.keys.services import (
     api_key_create,
@@ -73,7 +56,7 @@ from apps.keys.services import (
     tenant_approve,
     tenant_update,
 )
-from dmxplatform.api import ByName, NewestFirst, OperatorApiMixin
+from dmxplatform.api import ByName, OperatorApiMixin
 from dmxplatform.api.schema import ERROR
 
 # Keys ------------------------------------------------------------------------------------------
@@ -165,44 +148,7 @@ class KeyRevoke(KeyMixin, generics.GenericAPIView):
         return Response(ApiKeyOutput(self.get_object()).data)
 
 
-# Usage and quotas ------------------------------------------------------------------------------
-
-
-@extend_schema_view(
-    get=extend_schema(
-        summary="List usage records, newest first",
-        description="One record per request, filtered by time, key, model and status.",
-        tags=["usage"],
-    )
-)
-class UsageRecordList(TenantApiMixin, generics.ListAPIView):
-    queryset = UsageRecord.objects.none()
-    serializer_class = UsageRecordOutput
-    filterset_class = UsageRecordFilter
-
-    def get_queryset(self):
-        return usage_records_of(tenant=self.tenant)
-
-
-class ByDay(NewestFirst):
-    ordering = ("-day", "-id")
-
-
-@extend_schema_view(
-    get=extend_schema(
-        summary="List daily usage totals, newest first",
-        description="Per UTC day, key and model.",
-        tags=["usage"],
-    )
-)
-class UsageDailyList(TenantApiMixin, generics.ListAPIView):
-    queryset = UsageDaily.objects.none()
-    serializer_class = UsageDailyOutput
-    filterset_class = UsageDailyFilter
-    pagination_class = ByDay
-
-    def get_queryset(self):
-        return usage_daily_of(tenant=self.tenant).select_related("api_key")
+# Quotas ----------------------------------------------------------------------------------------
 
 
 class QuotaList(TenantApiMixin, APIView):
@@ -215,22 +161,6 @@ class QuotaList(TenantApiMixin, APIView):
     )
     def get(self, request: Request) -> Response:
         return Response(QuotaStatusOutput(quota_status(tenant=self.tenant), many=True).data)
-
-
-class StatementDetail(TenantApiMixin, APIView):
-    @extend_schema(
-        summary="Show the tenant's statement for a month: usage and cost per model",
-        description="From the daily rollups, which add up to the usage records' costs; for a "
-        "prepaid tenant, the month's balance movements by kind too.",
-        tags=["billing"],
-        parameters=[StatementQuery],
-        responses=StatementOutput,
-    )
-    def get(self, request: Request) -> Response:
-        query = StatementQuery(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        month = query.validated_data.get("month") or timezone.now().date()
-        return Response(StatementOutput(statement_of(tenant=self.tenant, month=month)).data)
 
 
 # Members and invitations -----------------------------------------------------------------------

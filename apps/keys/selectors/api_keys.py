@@ -7,9 +7,10 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.billing.choices import BillingMode
+from apps.billing.models import UsageDaily, UsageRecord
 from apps.billing.money import MULTIPLIER_SCALE, multiplier_units, to_micros
 from apps.keys.keycache import BudgetLimit, KeyRecord, Limits, Quota
-from apps.keys.models import ApiKey, RateLimits, Tenant, UsageDaily, UsageRecord
+from apps.keys.models import ApiKey, RateLimits, Tenant
 
 
 def _limits(source: RateLimits | None) -> Limits:

@@ -8,8 +8,9 @@ from typing import NamedTuple
 
 from django.utils import timezone
 
+from apps.billing.counters import period_bounds
 from apps.keys.models import ApiKey, Tenant
-from apps.keys.ratelimit import period_bounds, quota_key
+from apps.keys.ratelimit import quota_key
 from dmxplatform.redis_client import request_mget
 
 
@@ -66,7 +67,7 @@ def _quotas_used(wanted: list[_Wanted], moment: datetime) -> list[QuotaStatus]:
     used = request_mget(
         [
             quota_key(quota.tenant_id, quota.scope, quota.owner, label, quota.model)
-            for quota, (label, _) in zip(wanted, bounds, strict=True)
+            for quota, (label, _, _) in zip(wanted, bounds, strict=True)
         ]
     )
     return [
@@ -79,7 +80,7 @@ def _quotas_used(wanted: list[_Wanted], moment: datetime) -> list[QuotaStatus]:
             used=int(count or 0),
             resets_at=end,
         )
-        for quota, (_, end), count in zip(wanted, bounds, used, strict=True)
+        for quota, (_, _, end), count in zip(wanted, bounds, used, strict=True)
     ]
 
 

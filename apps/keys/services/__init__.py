@@ -5,7 +5,6 @@ One module per subdomain:
     api_keys  API keys: create, edit, rotate, signing, revoke, publish to every gateway
     members   a tenant's members and invitations
     tokens    management tokens and their authentication
-    usage     the usage ledger: flush from the Redis stream, daily rollups, replay, prune
 """
 
 from apps.keys.services.api_keys import (
@@ -47,7 +46,6 @@ from apps.keys.services.tokens import (
     management_token_revoke,
     management_token_update,
 )
-from apps.keys.services.usage import USAGE_PRUNE_BATCH, usage_flush, usage_prune, usage_replay
 
 __all__ = [
     "INVITATION_LIFETIME",
@@ -57,7 +55,6 @@ __all__ = [
     "NEW_ACCOUNT_LIMITS",
     "NEW_ACCOUNT_MONTHLY_TOKENS",
     "TOKEN_USE_RESOLUTION",
-    "USAGE_PRUNE_BATCH",
     "api_key_create",
     "api_key_publish",
     "api_key_revoke",
@@ -82,7 +79,4 @@ __all__ = [
     "tenant_keys_publish",
     "tenant_sign_up",
     "tenant_update",
-    "usage_flush",
-    "usage_prune",
-    "usage_replay",
 ]

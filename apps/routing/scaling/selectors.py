@@ -8,10 +8,10 @@ from django.conf import settings
 from django.db import connections
 from django.db.models import Count, QuerySet
 
+from apps.billing.choices import UsageStatus
+from apps.billing.models import UsageRecord
 from apps.hardware.nodestate import NodeSnapshot, fleet_key
 from apps.hardware.nodestate import now as wall_clock
-from apps.keys.choices import UsageStatus
-from apps.keys.models import UsageRecord
 from apps.routing.models import ScalingPolicy
 from apps.routing.scaling.slo import SLO_WINDOW, Figures
 from dmxplatform.aggregates import Percentile, percentile

@@ -4,9 +4,9 @@ import uuid
 from collections.abc import Iterable
 from datetime import datetime
 
+from apps.billing.choices import UsageStatus
+from apps.billing.models import UsageRecord
 from apps.hardware.nodestate import NodeSnapshot, fleet_key, now
-from apps.keys.choices import UsageStatus
-from apps.keys.models import UsageRecord
 from apps.models.models import LlmModel
 from apps.routing.choices import ScalerBackend
 from apps.routing.models import ScalingPolicy

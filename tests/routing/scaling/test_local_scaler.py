@@ -18,9 +18,9 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from apps.billing.models import UsageRecord
 from apps.hardware.choices import NodeStatus
 from apps.hardware.models import Node
-from apps.keys.models import UsageRecord
 from apps.models.models import LlmModel
 from apps.routing.choices import ScalerBackend, ScalingAction, ScalingTrigger
 from apps.routing.models import ScalingPolicy

@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from apps.keys.choices import UsageStatus
+from apps.billing.choices import UsageStatus
 from apps.routing.choices import ScalingAction, ScalingTrigger
 from apps.routing.models import ScalingEvent
 from apps.routing.scaling.errors import ScalingError

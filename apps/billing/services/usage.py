@@ -13,11 +13,11 @@ from django.db import connection
 from django.db.models import F
 from django.utils import timezone
 
+from apps.billing import ledger
+from apps.billing.choices import UsageStatus
+from apps.billing.models import UsageDaily, UsageRecord
 from apps.billing.money import from_micros
-from apps.billing.services import Charge, usage_charges
-from apps.keys import ledger
-from apps.keys.choices import UsageStatus
-from apps.keys.models import UsageDaily, UsageRecord
+from apps.billing.services.balances import Charge, usage_charges
 from dmxplatform import streams
 from dmxplatform.redis_client import request_redis
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from django.core.management.base import BaseCommand, CommandError
 
-from apps.keys.services import usage_replay
+from apps.billing.services import usage_replay
 
 
 class Command(BaseCommand):

@@ -11,8 +11,8 @@ from decimal import Decimal
 from django.db.models import Count, Sum
 from django.db.models.functions import Coalesce
 
-from apps.billing.selectors import movements_of
-from apps.keys.models import Tenant, UsageDaily
+from apps.billing.models import UsageDaily
+from apps.billing.selectors.accounts import movements_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +27,7 @@ class StatementLine:
 
 @dataclass(frozen=True, slots=True)
 class Statement:
-    tenant: Tenant
+    tenant_id: int
     month: date  # its first day
     lines: list[StatementLine]
     total: Decimal
@@ -41,10 +41,10 @@ def month_bounds(month: date) -> tuple[date, date]:
     return start, following
 
 
-def statement_of(*, tenant: Tenant, month: date) -> Statement:
+def statement_of(*, tenant_id: int, month: date) -> Statement:
     start, end = month_bounds(month)
     rows = (
-        UsageDaily.objects.filter(tenant=tenant, day__gte=start, day__lt=end)
+        UsageDaily.objects.filter(tenant_id=tenant_id, day__gte=start, day__lt=end)
         .values("model")
         .annotate(
             n=Coalesce(Sum("requests"), 0),
@@ -67,13 +67,13 @@ def statement_of(*, tenant: Tenant, month: date) -> Statement:
         for row in rows
     ]
     moved = (
-        movements_of(tenant.id)
+        movements_of(tenant_id)
         .filter(created_at__date__gte=start, created_at__date__lt=end)
         .values("kind")
         .annotate(total=Sum("amount"), count=Count("id"))
     )
     return Statement(
-        tenant=tenant,
+        tenant_id=tenant_id,
         month=start,
         lines=lines,
         total=sum((line.cost for line in lines), Decimal(0)),

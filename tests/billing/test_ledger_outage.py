@@ -11,8 +11,8 @@ import time
 from django.conf import settings
 from django.db import connection
 
-from apps.keys import ledger
-from apps.keys.models import UsageDaily, UsageRecord
+from apps.billing import ledger
+from apps.billing.models import UsageDaily, UsageRecord
 from dmxplatform.redis_client import sync_redis
 from tests.conftest import fleet_node
 from tests.http import call
@@ -95,7 +95,7 @@ def test_requests_are_served_and_recorded_exactly_once_across_an_outage(platform
 def test_an_event_postgresql_refuses_is_parked_and_the_rest_arrive(platform, committed):
     """Such an event once stopped the ledger for every tenant. The gateway no longer makes one
     (it escapes and cuts what a client sends), so it is put on the stream here by hand."""
-    from apps.keys.ledger import UsageEvent
+    from apps.billing.ledger import UsageEvent
     from dmxplatform import streams
     from tests.faults import assert_recorded_once, send_chat
     from tests.keys.factories import append_usage, make_usage_event

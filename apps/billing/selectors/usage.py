@@ -12,19 +12,19 @@ from django.db.models import Count, F, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce, TruncMinute
 from django.utils import timezone
 
-from apps.keys.choices import UsageStatus
-from apps.keys.models import KEY_PREFIX, Tenant, UsageDaily, UsageRecord
+from apps.billing.choices import UsageStatus
+from apps.billing.models import UsageDaily, UsageRecord
 from dmxplatform.aggregates import Percentile, percentile
 
 
 def usage_records_of(
     *,
-    tenant: Tenant,
+    tenant_id: int,
     since: datetime | None = None,
     until: datetime | None = None,
 ) -> QuerySet[UsageRecord]:
     """A tenant's raw usage records, newest first, in [since, until)."""
-    records = UsageRecord.objects.filter(tenant=tenant)
+    records = UsageRecord.objects.filter(tenant_id=tenant_id)
     if since is not None:
         records = records.filter(created_at__gte=since)
     if until is not None:
@@ -36,7 +36,7 @@ def usage_records_search(
     *,
     request_id: str = "",
     client_request_id: str = "",
-    key_prefix: str = "",
+    key_id: str = "",
     tenant: str = "",
     model: str = "",
     status: str = "",
@@ -44,17 +44,14 @@ def usage_records_search(
     until: datetime | None = None,
 ) -> QuerySet[UsageRecord]:
     """Every tenant's usage records that match all the criteria given, newest first: the
-    operator console's request search. A key is named by its public prefix, as the portal and
-    the admin show it (`sk-dmx-abcd1234_…`, or only its first characters); a tenant by slug or
-    name."""
+    operator console's request search. A key by the first characters of its public id; a
+    tenant by slug or name."""
     records = UsageRecord.objects.select_related("api_key", "tenant").order_by("-created_at")
     if request_id:
         records = records.filter(request_id=request_id)
     if client_request_id:
         records = records.filter(client_request_id=client_request_id)
-    if key_prefix:
-        # Only the id part: a pasted whole secret never reaches a query.
-        key_id = key_prefix.strip().removeprefix(KEY_PREFIX).partition("_")[0].rstrip("…")
+    if key_id:
         records = records.filter(api_key__key_id__startswith=key_id)
     if tenant:
         records = records.filter(Q(tenant__slug=tenant) | Q(tenant__name__iexact=tenant))
@@ -78,8 +75,8 @@ def usage_record_find(*, request_id: str) -> UsageRecord | None:
     )
 
 
-def usage_daily_of(*, tenant: Tenant, since: date | None = None) -> QuerySet[UsageDaily]:
-    days = UsageDaily.objects.filter(tenant=tenant)
+def usage_daily_of(*, tenant_id: int, since: date | None = None) -> QuerySet[UsageDaily]:
+    days = UsageDaily.objects.filter(tenant_id=tenant_id)
     return days.filter(day__gte=since) if since else days
 
 
@@ -97,7 +94,7 @@ class DailySeries:
     cost_by_model: dict[str, list[Decimal]]
 
 
-def usage_daily_series(*, tenant: Tenant, days: int = 30) -> DailySeries:
+def usage_daily_series(*, tenant_id: int, days: int = 30) -> DailySeries:
     """The last `days` UTC days of a tenant's usage, from the daily rollups."""
     today = timezone.now().date()
     window = [today - timedelta(days=n) for n in range(days - 1, -1, -1)]
@@ -107,7 +104,7 @@ def usage_daily_series(*, tenant: Tenant, days: int = 30) -> DailySeries:
     by_model: dict[str, list[int]] = {}
     cost_by_model: dict[str, list[Decimal]] = {}
     rows = (
-        usage_daily_of(tenant=tenant, since=window[0])
+        usage_daily_of(tenant_id=tenant_id, since=window[0])
         .values("day", "model")
         .annotate(
             requests_sum=Sum("requests"),
@@ -135,11 +132,11 @@ def usage_daily_series(*, tenant: Tenant, days: int = 30) -> DailySeries:
     )
 
 
-def usage_by_key(*, tenant: Tenant, since: date) -> QuerySet:
+def usage_by_key(*, tenant_id: int, since: date) -> QuerySet:
     """Per key since a day: requests, errors, tokens (cached among the prompt's) and cost,
     most tokens first."""
     return (
-        usage_daily_of(tenant=tenant, since=since)
+        usage_daily_of(tenant_id=tenant_id, since=since)
         .values("api_key__key_id", "api_key__name")
         .annotate(
             # First: after the two below, these names mean their sums, not the columns.

@@ -20,9 +20,8 @@ from django.db import connection
 from django.db.models import Sum
 
 from apps.billing.choices import BillingMode
-from apps.billing.models import BalanceMovement
+from apps.billing.models import BalanceMovement, UsageRecord
 from apps.billing.services import account_of, account_update, top_up
-from apps.keys.models import UsageRecord
 from tests.conftest import _database_url
 from tests.faults import OwnRedis, Sent, assert_recorded_once, send_chat
 from tests.keys.factories import make_api_key, make_tenant

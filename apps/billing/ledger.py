@@ -3,7 +3,7 @@ PostgreSQL.
 
 The gateway appends one event per finished request (inside the settle script that
 apps.keys.limiter runs, so no database and no extra round trip on the hot path);
-`apps.keys.services.usage_flush` moves them into UsageRecord in batches (dmxplatform.streams),
+`apps.billing.services.usage_flush` moves them into UsageRecord in batches (dmxplatform.streams),
 idempotent on request_id.
 """
 

@@ -1,8 +1,4 @@
-"""Put billing's Redis counters back after the request store lost its data (the help below).
-
-It lives in keys, not billing: the spend is summed from the usage records, which are keys' and
-which billing, below keys in the layers, does not read.
-"""
+"""Put billing's Redis counters back after the request store lost its data (the help below)."""
 
 from __future__ import annotations
 
@@ -15,12 +11,10 @@ from django.db.models import Sum
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from apps.billing.counters import period_bounds
-from apps.billing.models import Budget
+from apps.billing.counters import period_bounds, period_ttl_ms
+from apps.billing.models import Budget, UsageRecord
 from apps.billing.money import to_micros
 from apps.billing.services import balance_copies_drop, spend_restore, spend_restored
-from apps.keys.models import UsageRecord
-from apps.keys.ratelimit import QUOTA_GRACE
 
 HELP = """\
 Put billing's Redis counters back after the request store (DMX_REQUEST_REDIS_URL) lost its data.
@@ -105,7 +99,7 @@ class Command(BaseCommand):
                 budget_id=budget.id,
                 label=label,
                 micros=to_micros(cost),
-                ttl_ms=int((end + QUOTA_GRACE - now).total_seconds() * 1000),
+                ttl_ms=period_ttl_ms(end, now),
             )
             restored += added
             already += not added

@@ -6,10 +6,10 @@ import orjson
 import pytest
 from django.db import OperationalError
 
-from apps.keys import ledger
-from apps.keys.models import UsageRecord
-from apps.keys.services import usage as usage_services
-from apps.keys.services import usage_flush
+from apps.billing import ledger
+from apps.billing.models import UsageRecord
+from apps.billing.services import usage as usage_services
+from apps.billing.services import usage_flush
 from dmxplatform import streams
 from dmxplatform.redis_client import sync_redis
 from tests.keys.factories import append_usage as append
