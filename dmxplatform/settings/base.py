@@ -70,6 +70,8 @@ MIDDLEWARE = [
     # Sync only: it and what is under it run in the thread hop the sync views take anyway.
     "dmxplatform.audit.middleware.TrustedProxyAuditlogMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # The portal's pages without Redis: a 503 that asks for a retry, not a server error.
+    "apps.portal.middleware.StoreUnavailableMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "allauth.account.middleware.AccountMiddleware",
     "django_prometheus.middleware.PrometheusAfterMiddleware",

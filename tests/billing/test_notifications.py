@@ -4,6 +4,7 @@ ledger check's gauge; and the counters put back after the request store lost the
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 import uuid
@@ -245,6 +246,44 @@ def test_a_webhook_to_the_platforms_own_network_is_refused(receiver, mailoutbox,
     assert not delivery.delivered and delivery.retry_in is not None
     assert receiver.received == []  # nothing reached the loopback listener
     assert len(mail_to(mailoutbox, owner_email)) == 1  # the mail still went
+
+
+@pytest.mark.django_db
+def test_a_name_that_rebinds_to_the_platforms_network_is_not_followed(
+    receiver, mailoutbox, settings, monkeypatch
+):
+    """DNS rebinding: the tenant's name answers a public address to the check, then the
+    loopback address the receiver listens on. The connection goes to the address checked.
+    (DNS is a stand-in here: no resolver this test controls answers for a public name.)"""
+    settings.DMX_WEBHOOK_ALLOW_PRIVATE = False
+    public = "93.184.216.34"
+    real_lookup, real_connect = socket.getaddrinfo, socket.create_connection
+    answers = iter([public])
+
+    def lookup(host, port, *args, **kwargs):
+        if host != "hooks.rebind.example":
+            return real_lookup(host, port, *args, **kwargs)
+        address = next(answers, "127.0.0.1")  # the first answer public, every later one not
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (address, port))]
+
+    dialled: list[tuple[str, int]] = []
+
+    def connect(address, *args, **kwargs):
+        dialled.append(address)
+        if address[0] == public:  # no route out of here: refused, as a closed port would be
+            raise ConnectionRefusedError(f"{address} unreachable")
+        return real_connect(address, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    monkeypatch.setattr(socket, "create_connection", connect)
+    tenant, _ = owned_tenant()
+    url = receiver.url.replace("127.0.0.1", "hooks.rebind.example")
+    prepaid(tenant, balance="1", threshold="5", webhook_url=url)
+    [notification_id] = raised(tenant)
+    delivery = notification_deliver(notification_id=notification_id)
+    assert not delivery.delivered and delivery.retry_in is not None
+    assert dialled == [(public, int(url.rsplit(":", 1)[1].split("/")[0]))]
+    assert receiver.received == []
 
 
 @pytest.mark.django_db

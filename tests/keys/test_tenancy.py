@@ -13,7 +13,8 @@ from django.utils import timezone
 
 from apps.billing.counters import period_bounds
 from apps.keys.choices import MemberRole, QuotaPeriod, TokenScope
-from apps.keys.models import Membership, Plan, PlanQuota
+from apps.keys.keycache import KeyRecord, record_key
+from apps.keys.models import Membership, Plan, PlanQuota, Tenant
 from apps.keys.ratelimit import quota_key
 from apps.keys.selectors import key_record_load, membership_find, quota_status
 from apps.keys.services import (
@@ -26,11 +27,12 @@ from apps.keys.services import (
     member_invite,
     member_remove,
     member_role_change,
+    plan_publish,
     tenant_approve,
     tenant_sign_up,
 )
 from dmxplatform import credentials
-from dmxplatform.redis_client import request_redis
+from dmxplatform.redis_client import request_redis, sync_redis
 from tests.keys.factories import make_api_key, make_member, make_tenant, make_user
 
 pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("private_redis")]
@@ -232,3 +234,22 @@ def test_quota_status_reads_what_admission_counted_this_period():
     assert (found["tenant", "month"].used, found["tenant", "month"].remaining) == (250, 750)
     assert (found["key", "day"].used, found["key", "day"].remaining) == (120, 180)
     assert found["key", "day"].key_id == key.key_id and found["key", "day"].resets_at == day_end
+
+
+def test_a_plan_change_reaches_every_key_in_a_fixed_number_of_queries(
+    django_assert_max_num_queries, django_capture_on_commit_callbacks
+):
+    """A tenant's keys are republished together: the reads do not grow with the keys (one
+    query per key before), and Redis gets them in one round trip after the commit."""
+    plan = Plan.objects.create(name="wide", requests_per_minute=60)
+    tenants = [make_tenant() for _ in range(2)]
+    Tenant.objects.filter(id__in=[t.id for t in tenants]).update(plan=plan)
+    keys = [make_api_key(tenants[i % 2])[0] for i in range(12)]
+    plan.requests_per_minute = 61
+    plan.save()
+    with django_assert_max_num_queries(6), django_capture_on_commit_callbacks(execute=True):
+        assert plan_publish(plan=plan) == 12
+    client = sync_redis()
+    for key in keys:
+        stored = KeyRecord.decode(client.get(record_key(key.key_id)))
+        assert stored.tenant_limits.requests_per_minute == 61

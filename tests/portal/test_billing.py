@@ -253,6 +253,30 @@ def test_a_code_that_is_not_one_says_so(owner):
     assert not BalanceMovement.objects.exists()
 
 
+def test_without_redis_the_billing_page_and_a_redemption_ask_for_a_retry(owner, settings):
+    store = settings.DMX_REQUEST_REDIS_URL
+    # The request store at a port nothing listens on (1): every live figure and every credit
+    # fails as it would with Redis down.
+    settings.DMX_REQUEST_REDIS_URL = "redis://127.0.0.1:1/0"
+    budget_set(tenant_id=owner.tenant.id, period="month", amount=Decimal(5))
+    page = owner.client.get(reverse("portal:billing"))
+    assert page.status_code == 503 and page["Retry-After"] == "2"
+    html = _html(page)
+    assert 'id="store-unavailable"' in html and f'href="{reverse("portal:billing")}"' in html
+
+    _, (code,) = codes_generate(face_value=Decimal("12.50"), count=1)
+    billing = "http://testserver" + reverse("portal:billing")
+    refused = owner.client.post(
+        reverse("portal:billing_redeem"), {"code": code}, headers={"referer": billing}
+    )
+    assert refused.status_code == 503 and f'href="{billing}"' in _html(refused)
+    # Nothing was credited: the code is still good once Redis is back.
+    assert not BalanceMovement.objects.exists()
+    settings.DMX_REQUEST_REDIS_URL = store
+    assert _redeem(owner, code).status_code == 302
+    assert BillingAccount.objects.get(tenant=owner.tenant).balance == Decimal("12.50")
+
+
 def test_an_expired_code_says_so(owner):
     _, (code,) = codes_generate(
         face_value=Decimal(1), count=1, expires_at=timezone.now() - timedelta(minutes=1)

@@ -22,6 +22,7 @@ the same event id, which receivers deduplicate on.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import http.client
@@ -289,12 +290,13 @@ class WebhookError(Exception):
     """The receiver did not take the event: no answer, or not a 2xx."""
 
 
-def _check_public(host: str, port: int) -> None:
-    """Refuse a host that is, or resolves to, anything but public addresses (unless
-    DMX_WEBHOOK_ALLOW_PRIVATE): a tenant's URL must not reach the platform's own network. The
-    connection resolves the name again; a DNS answer that changes in between is not caught."""
+def _public_address(host: str, port: int) -> str | None:
+    """The address to connect to: `host` resolved once, refused unless every address it has is
+    public (unless DMX_WEBHOOK_ALLOW_PRIVATE: then None, resolved as usual). A tenant's URL must
+    not reach the platform's own network, and the connection goes to the address checked, so a
+    name whose DNS answer changes in between (rebinding) cannot swap a private one in."""
     if settings.DMX_WEBHOOK_ALLOW_PRIVATE:
-        return
+        return None
     try:
         found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except OSError as exc:
@@ -303,6 +305,11 @@ def _check_public(host: str, port: int) -> None:
         ip = ipaddress.ip_address(address[0])
         if not ip.is_global:
             raise WebhookError(f"{host} is at {ip}, not a public address")
+    return found[0][4][0]
+
+
+def _connect_to(address: str, target: tuple[str, int], *args: Any, **kwargs: Any):
+    return socket.create_connection((address, target[1]), *args, **kwargs)
 
 
 def _webhook_post(url: str, *, secret: str, payload: dict[str, Any]) -> None:
@@ -315,7 +322,7 @@ def _webhook_post(url: str, *, secret: str, payload: dict[str, Any]) -> None:
         raise WebhookError(f"bad port in {url}: {exc}") from exc
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise WebhookError(f"not an http(s) URL: {url}")
-    _check_public(parts.hostname, port)
+    pinned = _public_address(parts.hostname, port)
     body = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)
     timestamp = int(time.time())
     signature = webhook_signature(secret=secret, timestamp=timestamp, body=body)
@@ -329,6 +336,9 @@ def _webhook_post(url: str, *, secret: str, payload: dict[str, Any]) -> None:
     kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     try:
         connection = kind(parts.hostname, port, timeout=WEBHOOK_TIMEOUT_SECONDS)
+        if pinned is not None:
+            # The Host header and TLS's server name stay the URL's; only the socket is pinned.
+            connection._create_connection = functools.partial(_connect_to, pinned)  # type: ignore[attr-defined]
         try:
             connection.request(
                 "POST",

@@ -8,7 +8,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from apps.keys.keycache import invalidation_channel, invalidation_message, record_key
+from apps.keys.keycache import KeyRecord, invalidation_channel, invalidation_message, record_key
 from apps.keys.models import KEY_PREFIX, ApiKey, Tenant
 from apps.keys.selectors.api_keys import key_record_load
 from apps.keys.signing import signing_secret_issue
@@ -52,14 +52,21 @@ def api_key_publish(key: ApiKey) -> None:
     The record is read afresh, not built from the caller's instance: its tenant may carry
     related rows cached before a change (a billing account made since, budgets set since)."""
     record = key_record_load(key.key_id)
-    if record is None:
+    if record is not None:
+        key_records_publish([record])
+
+
+def key_records_publish(records: list[KeyRecord]) -> None:
+    """Write records to Redis and tell every gateway, in one round trip, once the transaction
+    commits."""
+    if not records:
         return
 
     def publish() -> None:
-        client = sync_redis()
-        pipe = client.pipeline(transaction=False)
-        pipe.set(record_key(key.key_id), record.encode())
-        pipe.publish(invalidation_channel(), invalidation_message(key.key_id))
+        pipe = sync_redis().pipeline(transaction=False)
+        for record in records:
+            pipe.set(record_key(record.key_id), record.encode())
+            pipe.publish(invalidation_channel(), invalidation_message(record.key_id))
         pipe.execute()
 
     transaction.on_commit(publish)

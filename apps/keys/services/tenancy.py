@@ -12,8 +12,9 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from apps.keys.choices import MemberRole, QuotaPeriod
-from apps.keys.models import ApiKey, Membership, Plan, PlanQuota, Tenant
-from apps.keys.services.api_keys import api_key_publish
+from apps.keys.models import Membership, Plan, PlanQuota, Tenant
+from apps.keys.selectors.api_keys import key_records_of_tenants
+from apps.keys.services.api_keys import key_records_publish
 
 # The limits of the plan new accounts are put on when it does not exist (it was deleted, or the
 # database was emptied): a sign-up must never get an unlimited tenant. Migration keys/0004
@@ -81,10 +82,9 @@ def tenant_approve(*, tenant: Tenant) -> Tenant:
 def tenant_keys_publish(*, tenant_ids: list[int]) -> int:
     """Push the keys of tenants whose plan, status or billing (budgets, prepaid or not)
     changed; return how many."""
-    keys = list(ApiKey.objects.filter(tenant_id__in=tenant_ids))
-    for key in keys:
-        api_key_publish(key)
-    return len(keys)
+    records = key_records_of_tenants(tenant_ids=tenant_ids)
+    key_records_publish(records)
+    return len(records)
 
 
 def plan_publish(*, plan: Plan) -> int:
