@@ -361,7 +361,7 @@ def ledger_drain(args, rds: PrivateRedis, templates: list[bytes]) -> list[dict]:
     from django.db import connection
 
     from apps.billing.ledger import USAGE_STREAM, UsageEvent
-    from apps.keys.models import UsageRecord
+    from apps.billing.models import UsageRecord
     from apps.billing.services import usage_flush
     from dmxplatform.streams import FIELD
 

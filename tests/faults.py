@@ -238,7 +238,7 @@ def assert_recorded_once(sent: list[Sent], *, key, timeout: float = 30) -> None:
     and the key's daily totals count each once."""
     from django.db import connection
 
-    from apps.keys.models import UsageDaily, UsageRecord
+    from apps.billing.models import UsageDaily, UsageRecord
 
     assert all(s.request_id for s in sent), "every answer carries its request id"
     ids = [s.request_id for s in sent]

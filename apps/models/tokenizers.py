@@ -229,29 +229,32 @@ class PromptCounter:
         rendered chat prompt)."""
         return self._encode(text).ids
 
-    def _encode(self, text: str):
+    def _encode(self, text: str, *, special: bool = False):
         if len(text) > BATCH_COUNT_CHARS:
-            return self._tokenizer.encode_batch_fast([text], add_special_tokens=False)[0]
-        return self._tokenizer.encode(text, add_special_tokens=False)
+            return self._tokenizer.encode_batch_fast([text], add_special_tokens=special)[0]
+        return self._tokenizer.encode(text, add_special_tokens=special)
 
     def prompt_ids(self, prompt: str | Sequence[Any]) -> list[int] | None:
-        """Return the token ids of a completions request's one prompt (text, or ids already);
-        None for a batch of prompts."""
+        """Return the token ids of a completions (or embeddings) request's one prompt (text, or
+        ids already); None for a batch of prompts. Text gets the tokenizer's special tokens (a
+        Llama's BOS), as vLLM adds them to these endpoints' text prompts (its
+        `add_special_tokens`, true by default there): counted without, every prompt would be
+        held and billed a token short. Ids are the engine's as they are."""
         if isinstance(prompt, str):
-            return self.text_ids(prompt)
+            return self._encode(prompt, special=True).ids
         if prompt and all(isinstance(item, int) for item in prompt):
             return list(prompt)
         return None
 
     def count_prompts(self, prompt: str | Sequence[Any]) -> list[int]:
-        """Return the token count of each prompt of a completions request."""
+        """Return the token count of each prompt of a completions (or embeddings) request."""
         ids = self.prompt_ids(prompt)
         if ids is not None:
             return [len(ids)]
-        counts = []
-        for item in prompt:
-            counts.append(self.count_text(item) if isinstance(item, str) else len(item))
-        return counts
+        return [
+            len(self._encode(item, special=True)) if isinstance(item, str) else len(item)
+            for item in prompt
+        ]
 
     def render_chat(
         self, messages: Sequence[dict[str, Any]], tools: Sequence[Any] | None = None

@@ -1,14 +1,19 @@
 """Billing in money through two real gateway replicas and vLLM: budgets and prepaid balances
-that hold exactly under concurrency on every endpoint, costs at the prices of the moment a
-request arrived, unpriced models refused, a client that leaves paying what was generated."""
+that hold exactly under concurrency on every endpoint (the portal's playground included), costs
+at the prices of the moment a request arrived, unpriced models refused, a client that leaves
+paying what was generated."""
 
 from __future__ import annotations
 
+import json
 import threading
 from decimal import Decimal
 
 import pytest
+from django.conf import settings
 from django.db.models import Sum
+from django.test import Client
+from websockets.sync.client import connect
 
 from apps.billing.choices import BillingMode
 from apps.billing.counters import balance_key
@@ -16,13 +21,15 @@ from apps.billing.models import Price, UsageRecord
 from apps.billing.money import from_micros
 from apps.billing.selectors import budget_status
 from apps.billing.services import account_of, account_update, budget_set, price_set, top_up
+from apps.gateway.schemas import Endpoint
 from apps.models.models import ModelVersion
 from dmxplatform.redis_client import request_redis
-from tests.conftest import SERVED_MODELS, wait_for_refresh
+from tests.conftest import EMBED_MODEL, SERVED_MODELS, wait_for_refresh
 from tests.gateway.test_limits import _open_stream
 from tests.http import call
-from tests.keys.factories import make_api_key, make_tenant
+from tests.keys.factories import make_api_key, make_member, make_tenant, make_user
 from tests.models.factories import TEST_PRICES, make_model
+from tests.portal.test_playground import Member, chat
 from tests.stack import wait_for
 
 MODEL = SERVED_MODELS[0]
@@ -31,10 +38,14 @@ MODEL = SERVED_MODELS[0]
 OUTPUT_PRICE = Decimal("5")
 MAX_TOKENS = 2
 WORST = 2 * 5  # micro-units
+# Embeddings are billed at input only: two tokens, given as ids so that no tokenizer stands
+# between the gateway's count and the engine's, at the same 5 per million make the same WORST.
+EMBED_INPUT = [300, 301]
+EMBED_INPUT_PRICE = OUTPUT_PRICE
 
 
-def _price_all_versions(input_price: str, cached: str, output: str) -> None:
-    for version in ModelVersion.objects.filter(model__name=MODEL):
+def _price_all_versions(input_price: str, cached: str, output: str, *, model: str = MODEL) -> None:
+    for version in ModelVersion.objects.filter(model__name=model):
         price_set(
             model_version_id=version.id,
             input_per_million=Decimal(input_price),
@@ -55,7 +66,23 @@ def output_priced(platform, committed, settings):
     wait_for_refresh(platform)
 
 
+@pytest.fixture
+def every_endpoint_priced(platform, output_priced, embed_worker):
+    """output_priced, and EMBED_MODEL served and priced at input only, so that every request
+    of fire_64 has the same worst case, WORST, and costs exactly that: which of them win the
+    race does not change how many fit. Cached input at the input price: whatever the engine's
+    cache serves, the cost stays the worst case."""
+    price = str(EMBED_INPUT_PRICE)
+    _price_all_versions(price, price, "0", model=EMBED_MODEL)
+    wait_for_refresh(platform)
+    yield
+    _price_all_versions(*TEST_PRICES, model=EMBED_MODEL)
+    wait_for_refresh(platform)
+
+
 def request_for(endpoint: str, stream: bool) -> tuple[str, dict]:
+    if endpoint == "embeddings":
+        return "/embeddings", {"model": EMBED_MODEL, "input": EMBED_INPUT}
     common = {"model": MODEL, "ignore_eos": True, "stream": stream}
     if endpoint == "chat":
         messages = [{"role": "user", "content": "hi"}]
@@ -69,6 +96,13 @@ def request_for(endpoint: str, stream: bool) -> tuple[str, dict]:
 
 
 ENDPOINTS = ("chat", "completions", "responses", "messages")
+# Every way in: the generating APIs streamed and not, embeddings (which never stream) and the
+# portal's playground (a chat that always streams, over a signed-in member's WebSocket).
+KINDS = (
+    *((endpoint, stream) for endpoint in ENDPOINTS for stream in (False, True)),
+    ("embeddings", False),
+    ("playground", True),
+)
 
 
 def refusal_of(body: dict) -> tuple[str, str]:
@@ -78,18 +112,55 @@ def refusal_of(body: dict) -> tuple[str, str]:
     return error.get("code") or error["type"], error["message"]
 
 
-def fire_64(platform, secret: str) -> list[tuple[int, dict | None]]:
-    """64 requests at once over both replicas, every endpoint, streamed and not."""
-    results: list[tuple[int, dict | None]] = []
-    start = threading.Barrier(64)
+def signed_in_member(tenant) -> Member:
+    """A signed-in member of `tenant`, with a key of the tenant's for the playground."""
+    user = make_user()
+    make_member(tenant, user)
+    client = Client()
+    client.force_login(user)
+    session = client.cookies[settings.SESSION_COOKIE_NAME].value
+    return Member(session=session, keys=[make_api_key(tenant)[0]])
 
-    def one(i: int) -> None:
-        path, payload = request_for(ENDPOINTS[i % 4], stream=bool((i // 4) % 2))
+
+# A playground answer never carries an HTTP status: its refusals are counted under this one,
+# and their usage records say which status the pipeline gave them.
+PLAYGROUND_REFUSED = 0
+# How long one of the 64 may take: they share two cores with four engines.
+REQUEST_TIMEOUT = 300
+
+
+def fire_64(platform, secret: str, member: Member) -> list[tuple[int, dict | None]]:
+    """64 requests at once over both replicas, every kind of KINDS: (status, error body)."""
+    results: list[tuple[int, dict | None]] = []
+    start = threading.Barrier(64, timeout=REQUEST_TIMEOUT)
+
+    def api(url: str, kind: str, stream: bool) -> None:
+        path, payload = request_for(kind, stream)
         start.wait()
         reply = call(
-            "POST", platform.api_urls[i % 2] + path, key=secret, json_body=payload, timeout=300
+            "POST", url + "/v1" + path, key=secret, json_body=payload, timeout=REQUEST_TIMEOUT
         )
         results.append((reply.status, reply.json() if reply.status != 200 else None))
+
+    def playground(url: str) -> None:
+        cookie = {"Cookie": f"{settings.SESSION_COOKIE_NAME}={member.session}"}
+        socket_url = url.replace("http://", "ws://", 1) + "/ws/playground"
+        with connect(socket_url, origin=url, additional_headers=cookie, proxy=None) as socket:
+            start.wait()
+            # Greedy, on a prompt the tiny model answers to max_tokens: it costs WORST too.
+            socket.send(json.dumps(chat(member.keys[0], max_tokens=MAX_TOKENS)))
+            while (message := json.loads(socket.recv(timeout=REQUEST_TIMEOUT)))["type"] == "delta":
+                pass
+        results.append((200, None) if message["type"] == "done" else (PLAYGROUND_REFUSED, message))
+
+    def one(i: int) -> None:
+        kind, stream = KINDS[i % len(KINDS)]
+        # Each kind to both replicas in turn.
+        url = platform.stack.gateways[(i + i // len(KINDS)) % 2]
+        if kind == "playground":
+            playground(url)
+        else:
+            api(url, kind, stream)
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(64)]
     for thread in threads:
@@ -111,23 +182,43 @@ def settled_records(tenant, count: int):
     )
 
 
+def kinds_recorded(records, member: Member) -> set[tuple[str, bool]]:
+    """The (kind, stream) of each record: its endpoint, or the playground for its key's."""
+    return {
+        ("playground" if record.api_key_id == member.keys[0].id else record.endpoint, record.stream)
+        for record in records
+    }
+
+
+# How many of the 64 the playground sends, and every kind as kinds_recorded names it.
+PLAYGROUND_REQUESTS = sum(KINDS[i % len(KINDS)][0] == "playground" for i in range(64))
+RECORDED_KINDS = {(Endpoint.CHAT.value if k == "chat" else k, stream) for k, stream in KINDS}
+
+
 def test_a_budget_admits_exactly_what_it_holds_over_both_replicas_and_every_endpoint(
-    platform, output_priced
+    platform, every_endpoint_priced
 ):
     tenant = make_tenant()
     _, secret = make_api_key(tenant=tenant)
+    member = signed_in_member(tenant)  # the tenant's budget holds the playground's key too
     allowed = 20
     budget = budget_set(
         tenant_id=tenant.id, period="month", amount=from_micros(allowed * WORST + WORST - 1)
     )
-    results = fire_64(platform, secret)
+    results = fire_64(platform, secret, member)
+    assert len(results) == 64
     admitted = [status for status, _ in results if status == 200]
     refused = [refusal_of(body) for status, body in results if status != 200]
     assert len(admitted) == allowed, sorted(status for status, _ in results)
-    assert {status for status, _ in results if status != 200} == {429}
+    assert {status for status, _ in results if status != 200} <= {429, PLAYGROUND_REFUSED}
     assert {code for code, _ in refused} == {"insufficient_quota", "rate_limit_error"}
     assert all("monthly budget of 0.000209 USD" in message for _, message in refused)
     records = settled_records(tenant, 64)
+    # Every kind was in the race and is on the book, the playground's answers and refusals
+    # included; every refusal, the playground's too, was the budget's 429.
+    assert kinds_recorded(records, member) == RECORDED_KINDS
+    assert sum(record.api_key_id == member.keys[0].id for record in records) == PLAYGROUND_REQUESTS
+    assert {record.http_status for record in records if record.status != "ok"} == {429}
     costs = [record.cost for record in records if record.status == "ok"]
     assert len(costs) == allowed and set(costs) == {from_micros(WORST)}
     total = sum((record.cost for record in records), Decimal(0))
@@ -137,7 +228,7 @@ def test_a_budget_admits_exactly_what_it_holds_over_both_replicas_and_every_endp
 
 
 def test_a_prepaid_balance_covers_exactly_what_it_holds_and_never_goes_below_zero(
-    platform, output_priced
+    platform, every_endpoint_priced
 ):
     tenant = make_tenant()
     account_update(account=account_of(tenant.id), mode=BillingMode.PREPAID)
@@ -145,11 +236,16 @@ def test_a_prepaid_balance_covers_exactly_what_it_holds_and_never_goes_below_zer
     start = from_micros(allowed * WORST + WORST - 1)
     top_up(tenant_id=tenant.id, amount=start, actor="test")
     _, secret = make_api_key(tenant=tenant)
-    results = fire_64(platform, secret)
+    member = signed_in_member(tenant)
+    results = fire_64(platform, secret, member)
+    assert len(results) == 64
     assert sum(status == 200 for status, _ in results) == allowed
     codes = {refusal_of(body)[0] for status, body in results if status != 200}
     assert codes == {"insufficient_balance", "rate_limit_error"}
     records = settled_records(tenant, 64)
+    assert kinds_recorded(records, member) == RECORDED_KINDS
+    assert {record.http_status for record in records if record.status != "ok"} == {429}
+    assert {record.cost for record in records if record.status == "ok"} == {from_micros(WORST)}
     spent = sum((record.cost for record in records), Decimal(0))
     assert spent == from_micros(allowed * WORST)
     held = int(request_redis().get(balance_key(tenant.id)))

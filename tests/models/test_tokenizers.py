@@ -1,5 +1,7 @@
 """Prompt counting with the tiny model's own tokenizer files (e2e checks them against vLLM)."""
 
+import json
+
 import pytest
 
 from apps.models.tokenizers import ChatTemplateError, PromptCounter, message_text
@@ -42,6 +44,37 @@ def test_completion_prompts(counter):
         counter.count_text("a"),
         counter.count_text("hello world"),
     ]
+
+
+def test_completion_text_prompts_count_the_special_tokens_vllm_adds(counter):
+    """A tokenizer that puts a BOS before every text (Llama's, Mistral's): vLLM's completions
+    and embeddings add it to a text prompt, so the count does; a chat's rendered prompt has its
+    own from the template, and ids are taken as they are."""
+    spec = json.loads(counter._tokenizer.to_str())
+    bos = "<|begin_of_text|>"
+    bos_id = counter._tokenizer.token_to_id(bos)
+    spec["post_processor"] = {
+        "type": "TemplateProcessing",
+        "single": [
+            {"SpecialToken": {"id": bos, "type_id": 0}},
+            {"Sequence": {"id": "A", "type_id": 0}},
+        ],
+        "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {bos: {"id": bos, "ids": [bos_id], "tokens": [bos]}},
+    }
+    llama_like = PromptCounter(
+        tokenizer_json=json.dumps(spec), chat_template="", bos_token=bos, eos_token=""
+    )
+    plain = counter.count_text("hello world")
+    assert llama_like.prompt_ids("hello world") == [bos_id, *counter.text_ids("hello world")]
+    assert llama_like.count_prompts(["a", "hello world"]) == [
+        counter.count_text("a") + 1,
+        plain + 1,
+    ]
+    assert llama_like.count_prompts([7, 8, 9]) == [3]
+    assert llama_like.count_text("hello world") == plain  # a rendered chat prompt: no BOS added
+    # The tiny model's tokenizer adds none: its counts stand as they were.
+    assert counter.count_prompts(["hello world"]) == [plain]
 
 
 def test_chinese_text_is_counted(counter):
