@@ -32,6 +32,7 @@ from apps.gateway.consumers import (  # noqa: E402
     LivenessEndpoint,
     ModelsEndpoint,
     ReadinessEndpoint,
+    TokenCountEndpoint,
     UnknownPathEndpoint,
 )
 from apps.gateway.schemas import Endpoint  # noqa: E402
@@ -43,6 +44,7 @@ gateway_routes = [
     path("v1/completions", CompletionsEndpoint(Endpoint.COMPLETIONS)),
     path("v1/responses", CompletionsEndpoint(Endpoint.RESPONSES)),
     path("v1/messages", CompletionsEndpoint(Endpoint.MESSAGES)),
+    path("v1/messages/count_tokens", TokenCountEndpoint()),
     path("v1/embeddings", CompletionsEndpoint(Endpoint.EMBEDDINGS)),
     path("v1/models", ModelsEndpoint()),
     path("v1/models/<path:model>", ModelsEndpoint()),

@@ -83,9 +83,12 @@ async def send_error(
     await send_json(send, error.status, body or error.to_json(), [*headers, *extra])
 
 
+def method_not_allowed(allowed: str) -> MethodNotAllowedError:
+    return MethodNotAllowedError(f"Method not allowed; use {allowed}.", headers={"Allow": allowed})
+
+
 async def send_method_not_allowed(send: Any, allowed: str, headers: Headers) -> None:
-    error = MethodNotAllowedError(f"Method not allowed; use {allowed}.", headers={"Allow": allowed})
-    await send_error(send, error, headers)
+    await send_error(send, method_not_allowed(allowed), headers)
 
 
 def dumps(value: Any) -> bytes:

@@ -10,23 +10,36 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from apps.gateway.dialects import dialect_for
 from apps.gateway.errors import GatewayErrorCode
-from apps.gateway.pipeline import complete
+from apps.gateway.pipeline import complete, count_tokens
 from apps.gateway.runtime import get_runtime, shutdown_runtime
 from apps.gateway.schemas import Endpoint
-from apps.gateway.state import CompletionState, new_request_id
+from apps.gateway.state import CompletionState, new_request_id, request_id_headers
 from apps.models.catalog import ModelEntry
 from apps.models.errors import ModelsErrorCode
 from dmxplatform.errors import ApplicationError, NotFoundError
 from dmxplatform.responses import (
     dumps,
     header,
+    method_not_allowed,
     send_error,
     send_json,
-    send_method_not_allowed,
 )
 
 logger = logging.getLogger(__name__)
+
+
+class TokenCountEndpoint:
+    """POST /v1/messages/count_tokens: Anthropic's token counting (apps.gateway.pipeline)."""
+
+    async def __call__(self, scope: dict[str, Any], receive, send) -> None:
+        if scope["method"] != "POST":
+            await _refuse_method(send, "POST", Endpoint.MESSAGES)
+            return
+        await count_tokens(
+            CompletionState(Endpoint.MESSAGES, _api_key_as_bearer(scope), receive, send)
+        )
 
 
 class CompletionsEndpoint:
@@ -38,7 +51,7 @@ class CompletionsEndpoint:
 
     async def __call__(self, scope: dict[str, Any], receive, send) -> None:
         if scope["method"] != "POST":
-            await _refuse_method(send, "POST")
+            await _refuse_method(send, "POST", self.endpoint)
             return
         if self.endpoint is Endpoint.MESSAGES:
             scope = _api_key_as_bearer(scope)
@@ -129,17 +142,26 @@ class ReadinessEndpoint:
 
 
 class UnknownPathEndpoint:
-    """Anything else under /v1: a 404 in OpenAI's shape, not Django's HTML page."""
+    """Anything else under /v1: a 404 in the shape of the API whose path it is under
+    (Anthropic's below /v1/messages, else OpenAI's), not Django's HTML page."""
 
     async def __call__(self, scope: dict[str, Any], receive, send) -> None:
         error = NotFoundError(
             f"Invalid URL ({scope['method']} {scope['path']})", code=GatewayErrorCode.NOT_FOUND
         )
-        await send_error(send, error, [(b"x-request-id", new_request_id().encode())])
+        endpoint = Endpoint.MESSAGES if scope["path"].startswith("/v1/messages/") else None
+        await _send_error(send, error, endpoint)
 
 
-async def _refuse_method(send, allowed: str) -> None:
-    await send_method_not_allowed(send, allowed, [(b"x-request-id", new_request_id().encode())])
+async def _refuse_method(send, allowed: str, endpoint: Endpoint | None = None) -> None:
+    await _send_error(send, method_not_allowed(allowed), endpoint)
+
+
+async def _send_error(send, error: ApplicationError, endpoint: Endpoint | None) -> None:
+    """An error answered before any request is read, in `endpoint`'s API (OpenAI's without)."""
+    headers = request_id_headers(endpoint, new_request_id())
+    body = dialect_for(endpoint).error_body(error) if endpoint is not None else None
+    await send_error(send, error, headers, body=body)
 
 
 class Lifespan:

@@ -44,9 +44,9 @@ from apps.models.choices import ModelKind
 from apps.routing.dispatcher import Resolution
 from dmxplatform import metrics
 from dmxplatform.clients import client_address
-from dmxplatform.errors import InvalidRequestError, NotFoundError
+from dmxplatform.errors import ApplicationError, InvalidRequestError, NotFoundError
 from dmxplatform.logs import bind_request
-from dmxplatform.responses import read_body
+from dmxplatform.responses import dumps, read_body
 from dmxplatform.stages import GATEWAY_STAGES, Stage
 
 logger = logging.getLogger(__name__)
@@ -94,6 +94,30 @@ async def complete(state: CompletionState) -> None:
             _unanswered(state)
         state.trace.end(state)
         _export_metrics(state)
+
+
+async def count_tokens(state: CompletionState) -> None:
+    """POST /v1/messages/count_tokens: the prompt's tokens, counted as the same request to
+    /v1/messages counts them (its model resolved, screened, its template rendered with the
+    model's tokenizer), so the figure is what that request's prompt is held and billed at. No
+    limits, no engine, no usage record: counting is free, as Anthropic's is."""
+    try:
+        runtime = await get_runtime()
+        body = await read_body(state.receive, MAX_BODY_BYTES)
+        await authenticate(state, runtime, body)
+        data = parse_json(body)
+        # Counting takes no max_tokens (Anthropic's endpoint has none); the create call's
+        # parser requires one, and the context check adds it to the prompt: the least there is.
+        data["max_tokens"] = 1
+        await prepare_off_loop(state, runtime, dumps(data))
+        count = state.prompt_count
+        if count is None or count.tokens is None:
+            count = estimate_prompt(reached(state.request, "parse"), CHARS_PER_TOKEN)
+        await state.reply.json(200, dumps({"input_tokens": count.tokens}))
+    except ApplicationError as error:
+        await state.reply.error(error)
+    finally:
+        state.trace.end(state)
 
 
 _UNANSWERED = metrics.gateway_connections_closed.labels("unanswered")

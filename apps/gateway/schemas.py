@@ -332,12 +332,38 @@ def validate_embeddings(data: dict[str, Any]) -> CompletionRequest:
     )
 
 
+def _strict_when_forced(data: dict[str, Any]) -> None:
+    """Mark the tools a call is forced to (a named `tool_choice`, or `required`) strict.
+
+    A forced call must be one the client can parse: OpenAI's clients `JSON.parse` the arguments
+    of the schema's object, Anthropic's promise an object `input`. vLLM constrains a forced
+    call's envelope, and its arguments only where the tool is strict (`--tool-strict-level`
+    auto): a random-weight model then answered `"true"` or `-Infinity`. A client's own
+    `strict` (false too) is left as it sent it."""
+    tools, choice = data.get("tools"), data.get("tool_choice")
+    if not isinstance(tools, list):
+        return
+    if choice == "required":
+        forced = None  # any of them
+    elif isinstance(choice, dict) and isinstance(choice.get("function"), dict):
+        forced = choice["function"].get("name")
+    else:
+        return
+    for tool in tools:
+        function = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(function, dict) or "strict" in function:
+            continue
+        if forced is None or function.get("name") == forced:
+            tool["function"] = {**function, "strict": True}
+
+
 def validate_completion(endpoint: Endpoint, data: dict[str, Any]) -> CompletionRequest:
     """Check a chat or text completion request; return what the pipeline needs from it."""
     model = check_model(data)
     _refuse_unhonoured(data)
     if endpoint is Endpoint.CHAT:
         _check_messages(data.get("messages"))
+        _strict_when_forced(data)
         max_tokens = _optional_int(data, "max_completion_tokens", 1)
         if max_tokens is None:
             max_tokens = _optional_int(data, "max_tokens", 1)

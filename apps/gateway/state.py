@@ -39,6 +39,15 @@ def new_request_id() -> str:
     return "req_" + os.urandom(16).hex()
 
 
+def request_id_headers(endpoint: Endpoint | None, request_id: str) -> list[tuple[bytes, bytes]]:
+    """The answer's request id, in every API's header: Anthropic's SDKs read `request-id` (a
+    message's `_request_id`), OpenAI's `x-request-id`."""
+    headers = [(b"x-request-id", request_id.encode())]
+    if endpoint is Endpoint.MESSAGES:
+        headers.append((b"request-id", request_id.encode()))
+    return headers
+
+
 T = TypeVar("T")
 
 
@@ -76,7 +85,7 @@ class CompletionState:
         self.trace = tracing.start(endpoint, self.request_id)
         self.clock = self.trace.new_clock()
         self.reply = ClientReply(
-            send, [(b"x-request-id", self.request_id.encode())], self.dialect.error_body
+            send, request_id_headers(endpoint, self.request_id), self.dialect.error_body
         )
         self.client_request_id = ""
         # auth: the key, and a signing key's nonce.

@@ -10,7 +10,8 @@ import http.client
 import json
 import struct
 import urllib.parse
-from typing import Literal
+import uuid
+from typing import Any, Literal
 
 import anthropic
 import jsonschema
@@ -28,8 +29,9 @@ MODEL = "dmx-tiny"
 EMBED_MODEL = "dmx-tiny-embed"
 # Strict, as OpenAI's `strict` means: the engine decodes the arguments constrained to the schema
 # (without it vLLM's Hermes-format constraint leaves the arguments free, and random weights write
-# anything). The tiny vocabulary spells `<tool_call>{"name": …}` out in up to 130 tokens, hence
-# the generous max_tokens of the tool tests.
+# anything, unless the call is forced: the gateway then marks the tool strict). The tiny
+# vocabulary spells `<tool_call>{"name": …}` out in up to 130 tokens, hence the generous
+# max_tokens of the tool tests.
 TOOL_TOKENS = 300
 WEATHER_TOOL = {
     "type": "function",
@@ -156,6 +158,73 @@ def test_a_forced_tool_call_is_parsed(client, committed):
     call = completion.choices[0].message.tool_calls[0]
     assert call.function.name == "get_weather"
     jsonschema.validate(json.loads(call.function.arguments), WEATHER_TOOL["function"]["parameters"])
+
+
+# The weather tool as clients mostly send it: no `strict`.
+LAX_TOOL = {"name": "get_weather", "description": "The weather in a city."} | {
+    "parameters": WEATHER_TOOL["function"]["parameters"]
+}
+
+
+def _forced_arguments(platform, dialect: str, stream: bool) -> list[Any]:
+    """The arguments of a call forced to LAX_TOOL, as each API's own client hands them over."""
+    question = [{"role": "user", "content": "Weather in Oslo?"}]
+    if dialect == "messages":
+        claude = anthropic.Anthropic(base_url=platform.url, api_key=platform.api_key, max_retries=0)
+        tool = {"name": LAX_TOOL["name"], "description": LAX_TOOL["description"]}
+        tool["input_schema"] = LAX_TOOL["parameters"]
+        params = {
+            "model": MODEL,
+            "max_tokens": TOOL_TOKENS,
+            "messages": question,
+            "tools": [tool],
+            "tool_choice": {"type": "tool", "name": "get_weather"},
+        }
+        if stream:
+            with claude.messages.stream(**params) as events:
+                message = events.get_final_message()
+        else:
+            message = claude.messages.create(**params)
+        return [block.input for block in message.content if block.type == "tool_use"]
+    client = openai.OpenAI(base_url=platform.api_url, api_key=platform.api_key, max_retries=0)
+    if dialect == "responses":
+        params = {
+            "model": MODEL,
+            "input": "Weather in Oslo?",
+            "tools": [{"type": "function", **LAX_TOOL}],
+            "tool_choice": {"type": "function", "name": "get_weather"},
+            "max_output_tokens": TOOL_TOKENS,
+        }
+        if stream:
+            with client.responses.stream(**params) as events:
+                response = events.get_final_response()
+        else:
+            response = client.responses.create(**params)
+        calls = [item for item in response.output if item.type == "function_call"]
+        return [json.loads(call.arguments) for call in calls]
+    params = {
+        "model": MODEL,
+        "messages": question,
+        "tools": [{"type": "function", "function": LAX_TOOL}],
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+        "max_tokens": TOOL_TOKENS,
+    }
+    if stream:
+        with client.chat.completions.stream(**params) as events:
+            completion = events.get_final_completion()
+    else:
+        completion = client.chat.completions.create(**params)
+    calls = completion.choices[0].message.tool_calls or []
+    return [json.loads(call.function.arguments) for call in calls]
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+@pytest.mark.parametrize("dialect", ["chat", "responses", "messages"])
+def test_a_forced_call_to_a_tool_not_marked_strict_follows_its_schema(platform, dialect, stream):
+    """Forced, the call is the tool's, its arguments an object of the tool's schema, on every
+    API, streamed and not, though the client did not ask for `strict` (the gateway does)."""
+    (arguments,) = _forced_arguments(platform, dialect, stream)
+    jsonschema.validate(arguments, LAX_TOOL["parameters"])
 
 
 def test_auto_tool_choice_is_served_with_the_versions_parser(client):
@@ -292,6 +361,47 @@ def test_messages_errors_are_anthropics(claude, platform):
             model=MODEL, max_tokens=5, messages=[{"role": "user", "content": "x"}]
         )
     assert raised.value.body["error"]["type"] == "authentication_error"
+
+
+def test_count_tokens_is_what_the_message_is_then_billed(claude, committed):
+    """Anthropic's token counting: the SDK's count_tokens, then the same request created; the
+    count is the prompt tokens the message is held and billed at, and counting itself is not
+    recorded. Both answers carry Anthropic's `request-id` (the SDK's `_request_id`)."""
+    params = {
+        "model": MODEL,
+        "system": "You are terse.",
+        "messages": [{"role": "user", "content": f"Weather in Lima, please ({uuid.uuid4()})?"}],
+        "tools": [
+            {
+                "name": "get_weather",
+                "description": "The weather in a city.",
+                "input_schema": WEATHER_TOOL["function"]["parameters"],
+            }
+        ],
+    }
+    counted = claude.messages.count_tokens(**params)
+    assert counted.input_tokens > 0 and counted._request_id.startswith("req_")
+    raw = claude.messages.with_raw_response.create(
+        max_tokens=3, tool_choice={"type": "none"}, extra_body={"ignore_eos": True}, **params
+    )
+    message = raw.parse()
+    assert message._request_id == raw.headers["x-request-id"]
+    assert usage_row(message._request_id).prompt_tokens == counted.input_tokens
+    # The stream is drained in order: the count, sent first, would be stored by now.
+    assert not UsageRecord.objects.filter(request_id=counted._request_id).exists()
+
+
+def test_a_path_under_messages_is_a_404_in_anthropics_shape(claude, platform):
+    with pytest.raises(anthropic.NotFoundError) as raised:
+        claude.messages.batches.list()
+    assert raised.value.body["type"] == "error"
+    assert raised.value.body["error"]["type"] == "not_found_error"
+    assert raised.value.response.headers["request-id"].startswith("req_")
+    reply = call("GET", platform.url + "/v1/messages/count_tokens", key=platform.api_key)
+    assert reply.status == 405 and reply.json()["error"]["type"] == "invalid_request_error"
+    # Elsewhere under /v1, OpenAI's shape as before.
+    missing = call("GET", platform.url + "/v1/no-such-thing", key=platform.api_key)
+    assert missing.status == 404 and missing.json()["error"]["code"] == "not_found"
 
 
 # -- A client that leaves mid-stream ------------------------------------------------------------

@@ -88,6 +88,37 @@ def test_a_model_name_as_asked_is_recorded_escaped_and_cut(platform, committed, 
     assert record.http_status == 404
 
 
+@pytest.mark.parametrize(
+    ("body", "status"),
+    [
+        (b"not json", 400),
+        (b"[1, 2]", 400),
+        (b'{"model": "dmx-tiny"}', 400),
+        (b'{"model": "dmx-tiny", "messages": "hi"}', 400),
+        (b'{"model": "dmx-tiny", "messages": [{"role": "robot", "content": "x"}]}', 400),
+        (b'{"model": "dmx-tiny", "messages": [{"role": "user", "content": [{"type": 5}]}]}', 400),
+        (b'{"model": "nope", "messages": [{"role": "user", "content": "x"}]}', 404),
+        (b'{"model": 7, "messages": [{"role": "user", "content": "x"}]}', 400),
+        (
+            b'{"model": "dmx-tiny", "messages": [{"role": "user", "content": "x"}], "system": 3}',
+            400,
+        ),
+        (b"[" * 2000 + b"]" * 2000, 400),
+    ],
+)
+def test_count_tokens_answers_bad_bodies_in_anthropics_shape(platform, body, status):
+    reply = call(
+        "POST",
+        platform.url + "/v1/messages/count_tokens",
+        headers={"x-api-key": platform.api_key, "Content-Type": "application/json"},
+        raw=body,
+    )
+    assert reply.status == status, reply.body[:300]
+    error = reply.json()
+    assert error["type"] == "error" and error["error"]["message"]
+    assert reply.headers["request-id"] == reply.headers["x-request-id"]
+
+
 def _raw_post(url: str, path: str, authorization: bytes, body: bytes = b"{}") -> tuple[int, dict]:
     """POST with header bytes no UTF-8 decoder accepts (http.client sends str as Latin-1)."""
     parts = urlsplit(url)

@@ -172,3 +172,37 @@ def test_a_role_of_another_type_is_400_not_500(role):
     with pytest.raises(InvalidRequestError) as error:
         validate_completion(Endpoint.CHAT, chat(messages=[{"role": role, "content": "x"}]))
     assert error.value.param == "messages[0].role"
+
+
+def _tools(*names: str, **strict: bool) -> list[dict]:
+    tools = [{"type": "function", "function": {"name": name}} for name in names]
+    for tool in tools:
+        if tool["function"]["name"] in strict:
+            tool["function"]["strict"] = strict[tool["function"]["name"]]
+    return tools
+
+
+def _strict_of(tool_choice) -> dict[str, object]:
+    data = {
+        "model": "m",
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": _tools("a", "b", "c", c=False),
+        "tool_choice": tool_choice,
+    }
+    request = validate_completion(Endpoint.CHAT, data)
+    return {t["function"]["name"]: t["function"].get("strict") for t in request.payload["tools"]}
+
+
+@pytest.mark.parametrize(
+    ("tool_choice", "strict"),
+    [
+        # The tool a call is forced to is strict; a client's own `strict: false` stands.
+        ({"type": "function", "function": {"name": "a"}}, {"a": True, "b": None, "c": False}),
+        ("required", {"a": True, "b": True, "c": False}),
+        ("auto", {"a": None, "b": None, "c": False}),
+        ("none", {"a": None, "b": None, "c": False}),
+        (None, {"a": None, "b": None, "c": False}),
+    ],
+)
+def test_a_forced_call_marks_its_tools_strict(tool_choice, strict):
+    assert _strict_of(tool_choice) == strict
