@@ -134,9 +134,10 @@ def _deeper_than(data: dict[str, Any], limit: int) -> bool:
     return False
 
 
-def _optional_int(
+def optional_int(
     data: dict[str, Any], name: str, minimum: int, maximum: int | None = None
 ) -> int | None:
+    """Return the body's integer `name` (None if absent), or raise a 400 naming it."""
     value = data.get(name)
     if value is None:
         return None
@@ -150,7 +151,8 @@ def _optional_int(
     return value
 
 
-def _optional_number(data: dict[str, Any], name: str, minimum: float, maximum: float) -> None:
+def optional_number(data: dict[str, Any], name: str, minimum: float, maximum: float) -> None:
+    """Check the body's number `name`, if there is one, or raise a 400 naming it."""
     value = data.get(name)
     if value is None:
         return
@@ -320,7 +322,7 @@ def validate_embeddings(data: dict[str, Any]) -> CompletionRequest:
             "encoding_format",
             GatewayErrorCode.INVALID_VALUE,
         )
-    _optional_int(data, "dimensions", 1)
+    optional_int(data, "dimensions", 1)
     return CompletionRequest(
         endpoint=Endpoint.EMBEDDINGS,
         model=model,
@@ -364,12 +366,12 @@ def validate_completion(endpoint: Endpoint, data: dict[str, Any]) -> CompletionR
     if endpoint is Endpoint.CHAT:
         _check_messages(data.get("messages"))
         _strict_when_forced(data)
-        max_tokens = _optional_int(data, "max_completion_tokens", 1)
+        max_tokens = optional_int(data, "max_completion_tokens", 1)
         if max_tokens is None:
-            max_tokens = _optional_int(data, "max_tokens", 1)
+            max_tokens = optional_int(data, "max_tokens", 1)
     else:
         _check_prompt(data.get("prompt"))
-        max_tokens = _optional_int(data, "max_tokens", 0)
+        max_tokens = optional_int(data, "max_tokens", 0)
     stream = data.get("stream", False)
     if stream is None:
         stream = False
@@ -391,9 +393,9 @@ def validate_completion(endpoint: Endpoint, data: dict[str, Any]) -> CompletionR
                 GatewayErrorCode.INVALID_TYPE,
             )
         include_usage = bool(options.get("include_usage", False))
-    n = _optional_int(data, "n", 1, MAX_N) or 1
-    _optional_number(data, "temperature", 0.0, 2.0)
-    _optional_number(data, "top_p", 0.0, 1.0)
+    n = optional_int(data, "n", 1, MAX_N) or 1
+    optional_number(data, "temperature", 0.0, 2.0)
+    optional_number(data, "top_p", 0.0, 1.0)
     return CompletionRequest(
         endpoint=endpoint,
         model=model,

