@@ -8,7 +8,7 @@ from datetime import date, datetime, timedelta
 from decimal import Decimal
 
 from django.db import connections
-from django.db.models import Count, F, Q, QuerySet, Sum
+from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery, Sum
 from django.db.models.functions import Coalesce, TruncMinute
 from django.utils import timezone
 
@@ -64,6 +64,31 @@ def usage_records_search(
     if until is not None:
         records = records.filter(created_at__lt=until)
     return records
+
+
+@dataclass(frozen=True, slots=True)
+class KeyUsageColumns:
+    """Expressions a key's queryset annotates itself with (keys' list of a tenant's keys)."""
+
+    last_used_at: Subquery
+    month_tokens: Coalesce
+
+
+def key_usage_columns(*, key: OuterRef) -> KeyUsageColumns:
+    """When the key `key` refers to was last used, and its tokens this calendar month (UTC)
+    from the daily rollups: one subquery each, for any number of keys."""
+    month_start = timezone.now().date().replace(day=1)
+    last_used = UsageRecord.objects.filter(api_key=key).order_by("-created_at")
+    month = (
+        UsageDaily.objects.filter(api_key=key, day__gte=month_start)
+        .values("api_key")
+        .annotate(total=Sum(F("prompt_tokens") + F("completion_tokens")))
+        .values("total")
+    )
+    return KeyUsageColumns(
+        last_used_at=Subquery(last_used.values("created_at")[:1]),
+        month_tokens=Coalesce(Subquery(month), 0),
+    )
 
 
 def usage_record_find(*, request_id: str) -> UsageRecord | None:

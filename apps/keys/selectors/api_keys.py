@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from django.db.models import F, OuterRef, QuerySet, Subquery, Sum
-from django.db.models.functions import Coalesce
-from django.utils import timezone
+from django.db.models import OuterRef, QuerySet
 
 from apps.billing.choices import BillingMode
-from apps.billing.models import UsageDaily, UsageRecord
 from apps.billing.money import MULTIPLIER_SCALE, multiplier_units, to_micros
+from apps.billing.selectors import key_usage_columns
 from apps.keys.keycache import BudgetLimit, KeyRecord, Limits, Quota
 from apps.keys.models import ApiKey, RateLimits, Tenant
 
@@ -91,20 +89,10 @@ def key_records_of_tenants(*, tenant_ids: list[int]) -> list[KeyRecord]:
 
 def api_keys_of(*, tenant: Tenant) -> QuerySet[ApiKey]:
     """A tenant's keys with when each was last used and its tokens this calendar month (UTC),
-    from the ledger: the hot path writes nothing to the database for either."""
-    month_start = timezone.now().replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-    last_used = UsageRecord.objects.filter(api_key=OuterRef("pk")).order_by("-created_at")
-    month = (
-        UsageDaily.objects.filter(api_key=OuterRef("pk"), day__gte=month_start.date())
-        .values("api_key")
-        .annotate(total=Sum(F("prompt_tokens") + F("completion_tokens")))
-        .values("total")
-    )
+    from billing's usage ledger: the hot path writes nothing to the database for either."""
+    usage = key_usage_columns(key=OuterRef("pk"))
     return (
         ApiKey.objects.filter(tenant=tenant)
         .select_related("tenant__plan")
-        .annotate(
-            last_used_at=Subquery(last_used.values("created_at")[:1]),
-            month_tokens=Coalesce(Subquery(month), 0),
-        )
+        .annotate(last_used_at=usage.last_used_at, month_tokens=usage.month_tokens)
     )
