@@ -41,7 +41,13 @@ AUDITLOG_INCLUDE_TRACKING_MODELS = (
     # the flush's usage charges are bulk-inserted, one row per request, and are the ledger)
     "billing.Price",
     "billing.Budget",
-    {"model": "billing.BillingAccount", "exclude_fields": ["balance", "version", "updated_at"]},
+    {
+        "model": "billing.BillingAccount",
+        "exclude_fields": ["balance", "version", "updated_at"],
+        # Written by a queryset update today, which the log does not see; a save never logs it.
+        "mask_fields": ["webhook_secret"],
+        "mask_callable": _SECRET,
+    },
     "billing.BalanceMovement",
     "billing.RedemptionBatch",
     # hardware

@@ -568,3 +568,13 @@ def test_the_schema_describes_the_billing_endpoints(client):
     } <= set(paths)
     cost = client.get("/api/schema/", {"format": "json"}).json()["components"]["schemas"]
     assert cost["UsageRecordOutput"]["properties"]["cost"]["type"] == "string"
+
+
+def test_a_webhook_secret_saved_with_its_account_is_hidden_in_the_audit_log(owner):
+    account = account_of(owner.tenant.id)
+    secret = "whsec_" + "s" * 43
+    account.webhook_secret = secret
+    account.save()
+    entry = LogEntry.objects.get_for_object(account).latest("timestamp")
+    assert entry.changes["webhook_secret"] == ["", "(hidden)"]
+    assert secret not in str(entry.changes)
