@@ -18,6 +18,7 @@ import asyncio
 import functools
 import logging
 import time
+from typing import Any
 
 from django.conf import settings
 
@@ -96,6 +97,10 @@ async def complete(state: CompletionState) -> None:
         _export_metrics(state)
 
 
+# What token counting sets over the body it counts (count_tokens).
+COUNTING = {"max_tokens": 1}
+
+
 async def count_tokens(state: CompletionState) -> None:
     """POST /v1/messages/count_tokens: the prompt's tokens, counted as the same request to
     /v1/messages counts them (its model resolved, screened, its template rendered with the
@@ -105,11 +110,9 @@ async def count_tokens(state: CompletionState) -> None:
         runtime = await get_runtime()
         body = await read_body(state.receive, MAX_BODY_BYTES)
         await authenticate(state, runtime, body)
-        data = parse_json(body)
         # Counting takes no max_tokens (Anthropic's endpoint has none); the create call's
         # parser requires one, and the context check adds it to the prompt: the least there is.
-        data["max_tokens"] = 1
-        await prepare_off_loop(state, runtime, dumps(data))
+        await prepare_off_loop(state, runtime, body, overrides=COUNTING)
         count = state.prompt_count
         if count is None or count.tokens is None:
             count = estimate_prompt(reached(state.request, "parse"), CHARS_PER_TOKEN)
@@ -147,28 +150,43 @@ async def authenticate(state: CompletionState, runtime: GatewayRuntime, body: by
     return key
 
 
-async def prepare_off_loop(state: CompletionState, runtime: GatewayRuntime, body: bytes) -> None:
+async def prepare_off_loop(
+    state: CompletionState,
+    runtime: GatewayRuntime,
+    body: bytes,
+    *,
+    overrides: dict[str, Any] | None = None,
+) -> None:
     """prepare(), in the runtime's worker thread when the body is large."""
     if len(body) <= settings.DMX_LARGE_BODY_BYTES:
-        prepare(state, runtime, body)
+        prepare(state, runtime, body, overrides=overrides)
         return
     try:
         async with asyncio.timeout(state.time_left()):
             await runtime.off_loop(
-                functools.partial(prepare, state, runtime, body),
+                functools.partial(prepare, state, runtime, body, overrides=overrides),
                 owner=reached(state.key, "auth").id,
             )
     except TimeoutError:
         raise state.timed_out() from None
 
 
-def prepare(state: CompletionState, runtime: GatewayRuntime, body: bytes) -> None:
+def prepare(
+    state: CompletionState,
+    runtime: GatewayRuntime,
+    body: bytes,
+    *,
+    overrides: dict[str, Any] | None = None,
+) -> None:
     """Parse, classify, resolve the model, screen the prompt and count it against the context
-    allowed now.
+    allowed now; `overrides`: fields set over the body's (token counting's).
 
     CPU only, in proportion to the body: run in the runtime's worker thread when the body is
     large, so that a prompt of megabytes does not hold the event loop."""
-    request = state.request = state.dialect.parse(parse_json(body))
+    data = parse_json(body)
+    if overrides:
+        data.update(overrides)
+    request = state.request = state.dialect.parse(data)
     state.clock.mark(Stage.PARSE)
     resolution = _resolve(state, runtime, request)
     model = state.model = resolution.model

@@ -75,7 +75,6 @@ from apps.billing.selectors.admin_api import (
     tenant_exists,
 )
 from apps.billing.services import (
-    BudgetLocked,
     RedemptionError,
     account_of,
     account_update,
@@ -88,7 +87,7 @@ from apps.billing.services import (
 )
 from dmxplatform.api import ManagementApiMixin, NewestFirst, OperatorApiMixin, TenantScopedApiMixin
 from dmxplatform.api.schema import ERROR
-from dmxplatform.errors import ConflictError, InvalidRequestError, PermissionDeniedError
+from dmxplatform.errors import ConflictError, InvalidRequestError
 
 # What the codes' responses may never be kept as: a cache would hold them in the clear.
 NOT_STORED = {"Cache-Control": "no-store"}
@@ -189,11 +188,6 @@ class BudgetMixin(TenantScopedApiMixin):
             if status.budget.id == pk:
                 return status
         raise Http404
-
-    def handle_exception(self, exc: Exception) -> Response:
-        if isinstance(exc, BudgetLocked):
-            exc = PermissionDeniedError(str(exc), code=exc.code)
-        return super().handle_exception(exc)
 
 
 @extend_schema_view(

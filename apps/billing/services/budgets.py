@@ -12,6 +12,7 @@ from apps.billing.errors import BillingErrorCode
 from apps.billing.models import Budget
 from apps.billing.money import as_text
 from apps.billing.signals import tenant_billing_changed
+from dmxplatform.errors import PermissionDeniedError
 
 
 def _republish(tenant_id: int) -> None:
@@ -19,16 +20,16 @@ def _republish(tenant_id: int) -> None:
     transaction.on_commit(lambda: tenant_billing_changed.send(sender=Budget, tenant_id=tenant_id))
 
 
-class BudgetLocked(Exception):
-    """An owner tried to change or remove a budget an operator set."""
-
-    code = BillingErrorCode.BUDGET_LOCKED
+class BudgetLocked(PermissionDeniedError):
+    """An owner tried to change or remove a budget an operator set: a 403 in the API's shape
+    wherever it is raised (the management API renders it as it is)."""
 
     def __init__(self, budget: Budget) -> None:
         super().__init__(
             f"The {PERIOD_ADJECTIVES[budget.period]} budget of {as_text(budget.amount)} "
             f"{settings.DMX_CURRENCY} was set by the platform's operators: ask them to change or "
-            "remove it."
+            "remove it.",
+            code=BillingErrorCode.BUDGET_LOCKED,
         )
 
 
