@@ -32,6 +32,7 @@ from apps.gateway.consumers import (  # noqa: E402
     LivenessEndpoint,
     ModelsEndpoint,
     ReadinessEndpoint,
+    StoredResponseEndpoint,
     TokenCountEndpoint,
     UnknownPathEndpoint,
 )
@@ -43,8 +44,14 @@ gateway_routes = [
     path("v1/chat/completions", CompletionsEndpoint(Endpoint.CHAT)),
     path("v1/completions", CompletionsEndpoint(Endpoint.COMPLETIONS)),
     path("v1/responses", CompletionsEndpoint(Endpoint.RESPONSES)),
+    path("v1/responses/input_tokens", TokenCountEndpoint(Endpoint.RESPONSES)),
+    # Compaction returns OpenAI's opaque, encrypted items: not served (README, "Responses").
+    path("v1/responses/compact", UnknownPathEndpoint()),
+    path("v1/responses/<str:response_id>", StoredResponseEndpoint()),
+    path("v1/responses/<str:response_id>/input_items", StoredResponseEndpoint("input_items")),
+    path("v1/responses/<str:response_id>/cancel", StoredResponseEndpoint("cancel")),
     path("v1/messages", CompletionsEndpoint(Endpoint.MESSAGES)),
-    path("v1/messages/count_tokens", TokenCountEndpoint()),
+    path("v1/messages/count_tokens", TokenCountEndpoint(Endpoint.MESSAGES)),
     path("v1/embeddings", CompletionsEndpoint(Endpoint.EMBEDDINGS)),
     path("v1/models", ModelsEndpoint()),
     path("v1/models/<path:model>", ModelsEndpoint()),

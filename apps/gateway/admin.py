@@ -7,7 +7,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 
 from apps.gateway.choices import SensitiveTermAction
-from apps.gateway.models import SensitiveTerm
+from apps.gateway.models import SensitiveTerm, StoredResponse
 from apps.gateway.services import (
     sensitive_term_bulk_delete,
     sensitive_term_bulk_set_active,
@@ -135,3 +135,25 @@ class SensitiveTermAdmin(OperatorActions, admin.ModelAdmin):
     def deactivate(self, request: HttpRequest, queryset: QuerySet[SensitiveTerm]) -> None:
         changed = sensitive_term_bulk_set_active(queryset=queryset, is_active=False)
         messages.success(request, f"Deactivated {changed} term(s).")
+
+
+@admin.register(StoredResponse)
+class StoredResponseAdmin(admin.ModelAdmin):
+    """Stored responses, read only: a tenant deletes its own through the API, which removes the
+    gateway's Redis copy too (a row deleted here would still be served from it)."""
+
+    list_display = ("id", "tenant", "status", "model", "background", "created_at", "size_bytes")
+    list_filter = ("status", "background")
+    search_fields = ("=id", "=previous_response_id")
+    list_select_related = ("tenant",)
+    date_hierarchy = "created_at"
+    show_full_result_count = False
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False

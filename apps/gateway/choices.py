@@ -9,3 +9,14 @@ class SensitiveTermAction(models.TextChoices):
     BLOCK = FilterAction.BLOCK.value, "Block (refuse the request, end the completion)"
     MASK = FilterAction.MASK.value, "Mask (replace its characters with *)"
     FLAG = FilterAction.FLAG.value, "Flag (let it through, report it)"
+
+
+class ResponseStatus(models.TextChoices):
+    """A response's status, as OpenAI's Responses API names them."""
+
+    QUEUED = "queued"
+    IN_PROGRESS = "in_progress"
+    COMPLETED = "completed"
+    INCOMPLETE = "incomplete"
+    FAILED = "failed"
+    CANCELLED = "cancelled"

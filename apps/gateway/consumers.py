@@ -9,16 +9,24 @@ from __future__ import annotations
 
 import logging
 from typing import Any
+from urllib.parse import parse_qs
 
+from django.conf import settings
+
+from apps.gateway.background import cancelled_copy
+from apps.gateway.choices import ResponseStatus
 from apps.gateway.dialects import dialect_for
 from apps.gateway.errors import GatewayErrorCode
 from apps.gateway.pipeline import complete, count_tokens
+from apps.gateway.reply import ClientReply
+from apps.gateway.response_records import ENDED
 from apps.gateway.runtime import get_runtime, shutdown_runtime
 from apps.gateway.schemas import Endpoint
 from apps.gateway.state import CompletionState, new_request_id, request_id_headers
+from apps.gateway.stored import input_item_page, not_found
 from apps.models.catalog import ModelEntry
 from apps.models.errors import ModelsErrorCode
-from dmxplatform.errors import ApplicationError, NotFoundError
+from dmxplatform.errors import ApplicationError, InvalidRequestError, NotFoundError
 from dmxplatform.responses import (
     dumps,
     header,
@@ -31,15 +39,19 @@ logger = logging.getLogger(__name__)
 
 
 class TokenCountEndpoint:
-    """POST /v1/messages/count_tokens: Anthropic's token counting (apps.gateway.pipeline)."""
+    """POST /v1/messages/count_tokens and /v1/responses/input_tokens: token counting in
+    Anthropic's and OpenAI's APIs (apps.gateway.pipeline)."""
+
+    def __init__(self, endpoint: Endpoint) -> None:
+        self.endpoint = endpoint
 
     async def __call__(self, scope: dict[str, Any], receive, send) -> None:
         if scope["method"] != "POST":
-            await _refuse_method(send, "POST", Endpoint.MESSAGES)
+            await _refuse_method(send, "POST", self.endpoint)
             return
-        await count_tokens(
-            CompletionState(Endpoint.MESSAGES, _api_key_as_bearer(scope), receive, send)
-        )
+        if self.endpoint is Endpoint.MESSAGES:
+            scope = _api_key_as_bearer(scope)
+        await count_tokens(CompletionState(self.endpoint, scope, receive, send))
 
 
 class CompletionsEndpoint:
@@ -56,6 +68,92 @@ class CompletionsEndpoint:
         if self.endpoint is Endpoint.MESSAGES:
             scope = _api_key_as_bearer(scope)
         await complete(CompletionState(self.endpoint, scope, receive, send))
+
+
+class StoredResponseEndpoint:
+    """A stored response (apps.gateway.stored), for any key of the tenant that made it:
+    GET and DELETE /v1/responses/{id} (GET ?stream=true&starting_after=N streams a background
+    run's events from there), GET .../input_items, POST .../cancel."""
+
+    def __init__(self, action: str = "") -> None:
+        self.action = action
+        self.allowed = {"": "GET, DELETE", "input_items": "GET", "cancel": "POST"}[action]
+
+    async def __call__(self, scope: dict[str, Any], receive, send) -> None:
+        headers = [(b"x-request-id", new_request_id().encode())]
+        if scope["method"] not in self.allowed.split(", "):
+            await _refuse_method(send, self.allowed)
+            return
+        try:
+            runtime = await get_runtime()
+            key = await runtime.gate.key(header(scope, b"authorization"))
+            response_id = scope["url_route"]["kwargs"]["response_id"]
+            query = _query(scope)
+            record = await runtime.responses.get(response_id, key.tenant_id)
+            if record is None:
+                raise not_found(response_id)
+            if scope["method"] == "DELETE":
+                await runtime.responses.delete(response_id, key.tenant_id)
+                body = {"id": response_id, "object": "response", "deleted": True}
+            elif self.action == "input_items":
+                body = input_item_page(record, query)
+            elif self.action == "cancel":
+                body = await _cancel(runtime.responses, record)
+            elif _flag(query, "stream"):
+                await _stream_events(runtime.responses, record, query, send, headers)
+                return
+            else:
+                body = record.response
+            await send_json(send, 200, dumps(body), headers)
+        except ApplicationError as error:
+            await send_error(send, error, headers)
+
+
+def _query(scope: dict[str, Any]) -> dict[str, str]:
+    return {name: values[-1] for name, values in parse_qs(scope["query_string"].decode()).items()}
+
+
+def _flag(query: dict[str, str], name: str) -> bool:
+    return query.get(name, "").lower() in ("true", "1")
+
+
+async def _cancel(store, record) -> dict[str, Any]:
+    if not record.background:
+        raise InvalidRequestError(
+            "Only responses created with 'background': true can be cancelled.",
+            code=GatewayErrorCode.RESPONSE_NOT_CANCELLABLE,
+        )
+    if record.status == ResponseStatus.CANCELLED:
+        return record.response
+    if record.status in ENDED:
+        raise InvalidRequestError(
+            f"Cannot cancel a response that is {record.status}.",
+            code=GatewayErrorCode.RESPONSE_NOT_CANCELLABLE,
+        )
+    await store.cancel(record)
+    return cancelled_copy(record)
+
+
+async def _stream_events(store, record, query, send, headers) -> None:
+    """A background run's events after `starting_after`, as server-sent events, to its end."""
+    if not record.background:
+        raise InvalidRequestError(
+            "Only responses created with 'background': true can be streamed.",
+            param="stream",
+            code=GatewayErrorCode.RESPONSE_NOT_STREAMABLE,
+        )
+    after = query.get("starting_after", "-1")
+    if not after.lstrip("-").isdigit():
+        raise InvalidRequestError(
+            "'starting_after' must be an integer.",
+            param="starting_after",
+            code=GatewayErrorCode.INVALID_TYPE,
+        )
+    reply = ClientReply(send, headers, lambda error: error.to_json())
+    poll = settings.DMX_BACKGROUND_CANCEL_POLL_SECONDS
+    async for event in store.events(record, after=int(after), poll=poll):
+        await reply.body(event, more=True)
+    await reply.body(b"", more=False)
 
 
 def _api_key_as_bearer(scope: dict[str, Any]) -> dict[str, Any]:

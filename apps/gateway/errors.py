@@ -18,3 +18,8 @@ class GatewayErrorCode(StrEnum):
     NOT_FOUND = "not_found"
     UNSUPPORTED_MODEL = "unsupported_model"
     INTERNAL_ERROR = "internal_error"
+    # Stored responses (/v1/responses/{id}, previous_response_id, cancel).
+    RESPONSE_NOT_FOUND = "response_not_found"
+    RESPONSE_NOT_CONTINUABLE = "response_not_continuable"
+    RESPONSE_NOT_CANCELLABLE = "response_not_cancellable"
+    RESPONSE_NOT_STREAMABLE = "response_not_streamable"

@@ -6,7 +6,7 @@ from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models.functions import Lower
 
-from apps.gateway.choices import SensitiveTermAction
+from apps.gateway.choices import ResponseStatus, SensitiveTermAction
 from apps.gateway.content_filter import DEFAULT_CATEGORY, normalise
 
 # A word or a short phrase. A streamed completion is held back while its tail could still be
@@ -61,3 +61,40 @@ class SensitiveTerm(models.Model):
 
     def __str__(self) -> str:
         return self.term
+
+
+class StoredResponse(models.Model):
+    """A response of /v1/responses kept for retrieval and for the next turn
+    (`previous_response_id`): the object as the client got it and every input item before it.
+
+    Written from a durable stream (apps.gateway.stored) a second or two after the answer; the
+    gateway reads its Redis copy until then. Deleted when its tenant is, and after
+    DMX_RESPONSES_RETENTION_DAYS."""
+
+    id = models.CharField(primary_key=True, max_length=64)
+    tenant = models.ForeignKey("keys.Tenant", on_delete=models.CASCADE, related_name="+")
+    # The key that made it, kept after the key is deleted (any key of the tenant may read it).
+    api_key_id = models.BigIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField()
+    expires_at = models.DateTimeField(db_index=True)
+    status = models.CharField(max_length=16, choices=ResponseStatus.choices)
+    model = models.CharField(max_length=128)
+    background = models.BooleanField(default=False)
+    previous_response_id = models.CharField(max_length=64, blank=True)
+    response = models.JSONField()
+    input_items = models.JSONField(default=list)
+    # The stored JSON's size: what a tenant's stored responses take, in its usage views.
+    size_bytes = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["tenant", "-created_at"], name="stored_response_tenant")]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(status__in=ResponseStatus.values),
+                name="stored_response_status_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.id

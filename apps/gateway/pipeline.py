@@ -18,10 +18,12 @@ import asyncio
 import functools
 import logging
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.conf import settings
 
+from apps.gateway.background import BackgroundReply, detach
 from apps.gateway.charges import reservation_rates, worst_case
 from apps.gateway.context import (
     check_context,
@@ -51,6 +53,7 @@ from dmxplatform.responses import dumps, read_body
 from dmxplatform.stages import GATEWAY_STAGES, Stage
 
 logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Request bodies above this are refused before parsing: 8 MiB holds any prompt a 1M-token
 # context accepts, and stops a client from making the gateway buffer arbitrary amounts.
@@ -64,7 +67,11 @@ async def complete(state: CompletionState) -> None:
 
     Two holds end with it, each once, however it ends: the key's lease (settled as its block
     ends, Lease) and the node routing gave it (reported as Dispatch.connect's block ends, in
-    forward). What is left here is answering the client with the error that ended it."""
+    forward). What is left here is answering the client with the error that ended it.
+
+    A background response (apps.gateway.background) is answered once prepared, and its run
+    goes on here, its client the run's Redis stream."""
+    background: BackgroundReply | None = None
     try:
         state.client_request_id = accept_client_request_id(state.scope, state.reply.headers)
         bind_request(
@@ -80,6 +87,8 @@ async def complete(state: CompletionState) -> None:
         )
         async with lease:
             await prepare_off_loop(state, runtime, body)
+            if state.background:
+                background = await detach(state, runtime)
             await admit(state, runtime)
             await forward(state, runtime)
     except BaseException as ended_by:
@@ -91,32 +100,44 @@ async def complete(state: CompletionState) -> None:
         if not isinstance(ended_by, Exception):
             raise
     finally:
-        if not state.reply.finished and state.outcome is not UsageStatus.CLIENT_DISCONNECTED:
+        if background is not None:
+            await asyncio.shield(background.finish(state.kept))
+        elif not state.reply.finished and state.outcome is not UsageStatus.CLIENT_DISCONNECTED:
             _unanswered(state)
         state.trace.end(state)
         _export_metrics(state)
 
 
-# What token counting sets over the body it counts (count_tokens).
-COUNTING = {"max_tokens": 1}
+# What token counting sets over the body it counts, and the object it answers with, by API.
+# Counting takes no token budget (neither endpoint has one); the create call's parser may
+# require one, and the context check adds it to the prompt: the least there is. A count stores
+# nothing and runs nothing in the background.
+COUNTING: dict[Endpoint, tuple[dict[str, Any], dict[str, Any]]] = {
+    Endpoint.MESSAGES: ({"max_tokens": 1}, {}),
+    Endpoint.RESPONSES: (
+        {"max_output_tokens": 1, "store": False, "background": False, "stream": False},
+        {"object": "response.input_tokens"},
+    ),
+}
 
 
 async def count_tokens(state: CompletionState) -> None:
-    """POST /v1/messages/count_tokens: the prompt's tokens, counted as the same request to
-    /v1/messages counts them (its model resolved, screened, its template rendered with the
-    model's tokenizer), so the figure is what that request's prompt is held and billed at. No
-    limits, no engine, no usage record: counting is free, as Anthropic's is."""
+    """POST /v1/messages/count_tokens (Anthropic's) and /v1/responses/input_tokens (OpenAI's):
+    the prompt's tokens, counted as the same request to create a message or response counts
+    them (its model resolved, a stored conversation it continues included, screened, its
+    template rendered with the model's tokenizer), so the figure is what that request's prompt
+    is held and billed at. No limits, no engine, no usage record: counting is free, as the
+    vendors' is."""
+    overrides, answer = COUNTING[state.endpoint]
     try:
         runtime = await get_runtime()
         body = await read_body(state.receive, MAX_BODY_BYTES)
         await authenticate(state, runtime, body)
-        # Counting takes no max_tokens (Anthropic's endpoint has none); the create call's
-        # parser requires one, and the context check adds it to the prompt: the least there is.
-        await prepare_off_loop(state, runtime, body, overrides=COUNTING)
+        await prepare_off_loop(state, runtime, body, overrides=overrides)
         count = state.prompt_count
         if count is None or count.tokens is None:
             count = estimate_prompt(reached(state.request, "parse"), CHARS_PER_TOKEN)
-        await state.reply.json(200, dumps({"input_tokens": count.tokens}))
+        await state.reply.json(200, dumps({**answer, "input_tokens": count.tokens}))
     except ApplicationError as error:
         await state.reply.error(error)
     finally:
@@ -157,35 +178,48 @@ async def prepare_off_loop(
     *,
     overrides: dict[str, Any] | None = None,
 ) -> None:
-    """prepare(), in the runtime's worker thread when the body is large."""
-    if len(body) <= settings.DMX_LARGE_BODY_BYTES:
-        prepare(state, runtime, body, overrides=overrides)
-        return
+    """Parse the body and prepare() the request, both in the runtime's worker thread when the
+    body is large; a turn that continues a stored response gets its conversation between the
+    two. `overrides`: fields set over the body's (token counting's)."""
+    large = len(body) > settings.DMX_LARGE_BODY_BYTES
+    data = await _cpu(state, runtime, large, functools.partial(parse_json, body))
+    if overrides:
+        data.update(overrides)
+    if state.endpoint is Endpoint.RESPONSES and data.get("previous_response_id") is not None:
+        await _continue(state, runtime, data)
+    await _cpu(state, runtime, large, functools.partial(prepare, state, runtime, data))
+
+
+async def _cpu(
+    state: CompletionState, runtime: GatewayRuntime, large: bool, work: Callable[[], T]
+) -> T:
+    """Run CPU work in proportion to the body: in the runtime's worker thread when it is large,
+    so that a prompt of megabytes does not hold the event loop."""
+    if not large:
+        return work()
     try:
         async with asyncio.timeout(state.time_left()):
-            await runtime.off_loop(
-                functools.partial(prepare, state, runtime, body, overrides=overrides),
-                owner=reached(state.key, "auth").id,
-            )
+            return await runtime.off_loop(work, owner=reached(state.key, "auth").id)
     except TimeoutError:
         raise state.timed_out() from None
 
 
-def prepare(
-    state: CompletionState,
-    runtime: GatewayRuntime,
-    body: bytes,
-    *,
-    overrides: dict[str, Any] | None = None,
-) -> None:
-    """Parse, classify, resolve the model, screen the prompt and count it against the context
-    allowed now; `overrides`: fields set over the body's (token counting's).
+async def _continue(state: CompletionState, runtime: GatewayRuntime, data: dict[str, Any]) -> None:
+    """previous_response_id: the stored conversation (every item in and out) goes before the
+    request's input, to be screened, counted, routed (its cached prefix draws the request to
+    the node that has it) and billed as any prompt."""
+    tenant = reached(state.key, "auth").tenant_id
+    record = await runtime.responses.history(data["previous_response_id"], tenant)
+    given = data.get("input")
+    if isinstance(given, str):
+        given = [{"type": "message", "role": "user", "content": given}]
+    if isinstance(given, list):  # anything else is the dialect's to refuse
+        data["input"] = [*record.history(), *given]
 
-    CPU only, in proportion to the body: run in the runtime's worker thread when the body is
-    large, so that a prompt of megabytes does not hold the event loop."""
-    data = parse_json(body)
-    if overrides:
-        data.update(overrides)
+
+def prepare(state: CompletionState, runtime: GatewayRuntime, data: dict[str, Any]) -> None:
+    """Parse, classify, resolve the model, screen the prompt and count it against the context
+    allowed now. CPU only, in proportion to the body (prepare_off_loop)."""
     request = state.request = state.dialect.parse(data)
     state.clock.mark(Stage.PARSE)
     resolution = _resolve(state, runtime, request)

@@ -18,6 +18,7 @@ from apps.gateway.prompts import affinity_key
 from apps.gateway.reply import ClientLeft
 from apps.gateway.runtime import GatewayRuntime
 from apps.gateway.schemas import Endpoint
+from apps.gateway.settlement import response_record
 from apps.gateway.state import CompletionState, reached
 from apps.gateway.upstream import sender, stream_error, stream_failed, upstream_error
 from apps.gateway.upstream_http import UpstreamConnectionError, UpstreamResponse
@@ -104,8 +105,21 @@ async def _respond(
         if filtered.blocked:
             state.outcome = UsageStatus.CONTENT_FILTERED
         answer = state.dialect.answer(filtered.response, _answer(state), filtered.stop_sequence)
-    await reached(state.lease, "limits").submit()
+    await _settle(state, runtime, answer)
     await state.reply.json(200, orjson.dumps(answer))
+
+
+async def _settle(
+    state: CompletionState, runtime: GatewayRuntime, response: dict[str, Any] | None
+) -> None:
+    """The request is answered in full: settle it before the answer's last bytes, and keep
+    its response where it is to be stored (its record rides in the settle call; its Redis copy
+    is written before the client can ask for it)."""
+    if response is not None and state.stores:
+        state.kept = response_record(state, response)
+    await reached(state.lease, "limits").submit()
+    if state.kept is not None:
+        await runtime.responses.keep(state.kept)
 
 
 async def _while_the_client_waits(
@@ -173,8 +187,8 @@ async def _relay(
                 continue
             if data == sse.DONE:
                 state.clock.mark(Stage.DECODE)
-                await lease.submit()
                 held.append(writer.end(cut=False))
+                await _settle(state, runtime, writer.final)
                 continue
             if data.startswith(b'{"error"'):
                 error = stream_error(data)
@@ -193,7 +207,7 @@ async def _relay(
             if edited is not None:
                 held.append(writer.chunk(edited))
             if editor.blocked is not None:
-                await _end_blocked(state, held)
+                await _end_blocked(state, runtime, held)
                 return
         if held and (reply.started or events > 1 or lease.submitted):
             await reply.body(b"".join(held), more=True)
@@ -219,10 +233,11 @@ def _refusal(state: CompletionState, error: ApplicationError) -> bytes:
     return reached(state.writer, "answer").error(error)
 
 
-async def _end_blocked(state: CompletionState, out: list[bytes]) -> None:
+async def _end_blocked(state: CompletionState, runtime: GatewayRuntime, out: list[bytes]) -> None:
     """The output hit a blocked term: finish the stream here, bill what was generated."""
     state.outcome = UsageStatus.CONTENT_FILTERED
     state.clock.mark(Stage.DECODE)
-    await reached(state.lease, "limits").submit()
-    out.append(reached(state.writer, "answer").end(cut=True))
+    writer = reached(state.writer, "answer")
+    out.append(writer.end(cut=True))
+    await _settle(state, runtime, writer.final)
     await state.reply.body(b"".join(out), more=False)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from dmxplatform.errors import ApplicationError
 from dmxplatform.responses import EVENT_STREAM, Headers, send_error, send_json
@@ -11,6 +11,21 @@ from dmxplatform.responses import EVENT_STREAM, Headers, send_error, send_json
 
 class ClientLeft(Exception):
     """The client closed the connection before its answer was complete."""
+
+
+class Reply(Protocol):
+    """Where a request's answer goes: its client (ClientReply), or a background run's stream
+    (apps.gateway.background)."""
+
+    headers: Headers
+    started: bool
+    finished: bool
+
+    async def json(self, status: int, data: bytes) -> None: ...
+
+    async def error(self, error: ApplicationError, *, event: bytes = b"") -> None: ...
+
+    async def body(self, body: bytes, *, more: bool) -> None: ...
 
 
 class ClientReply:

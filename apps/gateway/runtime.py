@@ -35,6 +35,7 @@ from apps.gateway.content_filter import ContentFilter
 from apps.gateway.errors import GatewayErrorCode
 from apps.gateway.selectors import content_filter_load
 from apps.gateway.services import CONTENT_FILTER_VERSION
+from apps.gateway.stored import ResponseStore
 from apps.gateway.upstream_http import HttpPool
 from apps.keys.errors import KeysErrorCode
 from apps.keys.gate import KeyGate
@@ -76,6 +77,7 @@ class GatewayRuntime:
         self.spool = Spool(Path(settings.DMX_SPOOL_DIR))
         self.gate = KeyGate(self.fast_redis, self.request_redis, spool=self.spool)
         self.dispatcher = Dispatcher(self.request_redis)
+        self.responses = ResponseStore(self.request_redis)
         self.prices = PriceBook()
         self.content_filter = ContentFilter((), version=-1)
         self.trusted_proxies = trusted_networks(tuple(settings.DMX_TRUSTED_PROXIES))

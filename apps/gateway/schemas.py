@@ -75,6 +75,8 @@ class CompletionRequest:
     client_prompt_param: str = ""
     # The request's settings a Responses object repeats (apps.gateway.dialects.responses).
     response_settings: dict[str, Any] = field(default_factory=dict)
+    # A stored response's input items (the conversation so far, then the request's own).
+    response_input: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def prompt_param(self) -> str:

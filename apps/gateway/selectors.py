@@ -1,9 +1,23 @@
-"""Reads for the gateway: the content filter's terms."""
+"""Reads for the gateway: the content filter's terms, stored responses."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from datetime import datetime
+
+from django.db.models import Count, Min, Sum
+from django.utils import timezone
+
 from apps.gateway.content_filter import ContentFilter, FilterAction, Term
-from apps.gateway.models import SensitiveTerm
+from apps.gateway.models import SensitiveTerm, StoredResponse
+from apps.gateway.response_records import ResponseRecord
+
+
+@dataclass(frozen=True)
+class StoredResponsesUsage:
+    count: int
+    size_bytes: int
+    next_expiry: datetime | None
 
 
 def content_filter_load(*, version: int = 0) -> ContentFilter:
@@ -12,4 +26,29 @@ def content_filter_load(*, version: int = 0) -> ContentFilter:
     return ContentFilter(
         (Term(text, category, FilterAction(action)) for text, category, action in rows.iterator()),
         version=version,
+    )
+
+
+def stored_response_get(*, response_id: str, tenant_id: int) -> ResponseRecord | None:
+    """The tenant's stored response of that id, if it has one and it has not expired."""
+    row = (
+        StoredResponse.objects.filter(
+            id=response_id, tenant_id=tenant_id, expires_at__gt=timezone.now()
+        )
+        .values_list("api_key_id", "created_at", "response", "input_items")
+        .first()
+    )
+    if row is None:
+        return None
+    api_key_id, created_at, response, items = row
+    return ResponseRecord(tenant_id, api_key_id or 0, created_at.timestamp(), response, items)
+
+
+def stored_responses_usage(*, tenant_id: int) -> StoredResponsesUsage:
+    """What a tenant's stored responses take: how many, how many bytes, the oldest's expiry."""
+    totals = StoredResponse.objects.filter(
+        tenant_id=tenant_id, expires_at__gt=timezone.now()
+    ).aggregate(count=Count("id"), size=Sum("size_bytes"), next_expiry=Min("expires_at"))
+    return StoredResponsesUsage(
+        count=totals["count"], size_bytes=totals["size"] or 0, next_expiry=totals["next_expiry"]
     )

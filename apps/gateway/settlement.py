@@ -7,11 +7,17 @@ ended the request, as the lease's block ends.
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from apps.billing import metrics as billing_metrics
 from apps.gateway.charges import served_rates
+from apps.gateway.choices import ResponseStatus
+from apps.gateway.dialects.base import Answer
+from apps.gateway.dialects.responses import ResponseEvents, snapshot
+from apps.gateway.outputs import identity
+from apps.gateway.response_records import RESPONSES_STREAM, ResponseRecord, input_items
 from apps.gateway.state import CompletionState, reached
-from apps.keys.gate import MODEL_CHARS, Entry, PriorityTier, UsageEvent
+from apps.keys.gate import MODEL_CHARS, Entry, PriorityTier, UsageEvent, UsageStatus
 from dmxplatform import metrics
 from dmxplatform.records import storable_text
 from dmxplatform.stages import Stage
@@ -45,8 +51,14 @@ def usage_record(
         event.cost_micros = _cost(state, prompt, cached, completion)
         if event.cost_micros:
             _SPEND(event.model, key.plan).inc(event.cost_micros / 1_000_000)
+    entries: tuple[Entry, ...] = ()
+    if state.background and state.kept is None:
+        state.kept = _unfinished_record(state)
+    if state.kept is not None:
+        stream = RESPONSES_STREAM.of_tenant(event.tenant_id).key()
+        entries += ((stream, state.kept.encode()),)
     if state.dispatch is None:
-        return event, ()
+        return event, entries
     decision = state.dispatch.decision_entry(
         request_id=state.request_id,
         tenant_id=event.tenant_id,
@@ -55,7 +67,42 @@ def usage_record(
         intent_confidence=state.intent_confidence,
         intent_low_confidence=state.intent_low_confidence,
     )
-    return event, (decision,) if decision else ()
+    return event, (*entries, decision) if decision else entries
+
+
+def response_record(state: CompletionState, response: dict[str, Any]) -> ResponseRecord:
+    """The stored record of the request's response object (apps.gateway.stored)."""
+    key = reached(state.key, "auth")
+    request = reached(state.request, "parse")
+    return ResponseRecord(
+        tenant_id=key.tenant_id,
+        api_key_id=key.id,
+        created_at=state.received_at,
+        response=response,
+        input_items=input_items(request.response_input, state.request_id),
+    )
+
+
+def _unfinished_record(state: CompletionState) -> ResponseRecord:
+    """A background run that ended without its answer: cancelled (its client, the cancel
+    flag, left) or failed, with what it wrote."""
+    if state.outcome is UsageStatus.CLIENT_DISCONNECTED:
+        status, error = ResponseStatus.CANCELLED, None
+    else:
+        status = ResponseStatus.FAILED
+        message = state.error.message if state.error else "The run was interrupted."
+        error = {"code": "server_error", "message": message}
+    writer = state.writer
+    if isinstance(writer, ResponseEvents):
+        return response_record(state, writer.unfinished(status.value, error))
+    return response_record(state, snapshot(background_answer(state), status.value, error))
+
+
+def background_answer(state: CompletionState) -> Answer:
+    """What the Responses dialect needs to shape a background run's object before a node
+    answers it (the model as the client named it; no fingerprint yet)."""
+    request = reached(state.request, "parse")
+    return Answer(state.request_id, request, identity(model=request.model, version_tag=""))
 
 
 def _cost(state: CompletionState, prompt: int, cached: int, completion: int) -> int:

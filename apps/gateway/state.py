@@ -17,7 +17,8 @@ from apps.gateway.dialects import dialect_for
 from apps.gateway.dialects.base import StreamWriter
 from apps.gateway.errors import GatewayErrorCode
 from apps.gateway.outputs import StreamEditor
-from apps.gateway.reply import ClientLeft, ClientReply
+from apps.gateway.reply import ClientLeft, ClientReply, Reply
+from apps.gateway.response_records import ResponseRecord
 from apps.gateway.schemas import CompletionRequest, Endpoint
 from apps.gateway.upstream_http import UpstreamTimeout
 from apps.keys.gate import KeyRecord, Lease, UsageStatus
@@ -84,7 +85,7 @@ class CompletionState:
         self.received_at = time.time()
         self.trace = tracing.start(endpoint, self.request_id)
         self.clock = self.trace.new_clock()
-        self.reply = ClientReply(
+        self.reply: Reply = ClientReply(
             send, request_id_headers(endpoint, self.request_id), self.dialect.error_body
         )
         self.client_request_id = ""
@@ -120,6 +121,8 @@ class CompletionState:
         self.writer: StreamWriter | None = None
         self.usage: dict[str, Any] | None = None
         self.first_token_at: float | None = None
+        # A stored response's record (apps.gateway.stored), once its answer is whole.
+        self.kept: ResponseRecord | None = None
         # How it ended (end()): the outcome an answer decides (a filtered or refused stream)
         # is set as it happens; an error that ended it is answered to the client.
         self.outcome = UsageStatus.OK
@@ -132,6 +135,16 @@ class CompletionState:
     @property
     def node(self) -> NodeSnapshot | None:
         return self.dispatch.node if self.dispatch else None
+
+    @property
+    def stores(self) -> bool:
+        """The answer is a response to keep (/v1/responses with `store`, its default)."""
+        return bool(self.request and self.request.response_settings.get("store"))
+
+    @property
+    def background(self) -> bool:
+        """A background response: answered `queued`, run on without its client."""
+        return bool(self.request and self.request.response_settings.get("background"))
 
     @property
     def started(self) -> float:

@@ -29,6 +29,7 @@ from apps.billing import selectors as billing_selectors
 from apps.billing import services as billing_services
 from apps.billing.choices import BillingMode, MovementKind
 from apps.billing.models import BillingAccount
+from apps.gateway.selectors import stored_responses_usage
 from apps.keys import selectors, services
 from apps.keys.choices import MemberRole
 from apps.keys.models import KEY_PREFIX, ApiKey
@@ -216,6 +217,8 @@ def _usage_context(tenant, export_form: UsageExportForm) -> dict:
         "by_key": by_key,
         "export_form": export_form,
         "usage_days": USAGE_DAYS,
+        "stored_responses": stored_responses_usage(tenant_id=tenant.id),
+        "stored_retention_days": settings.DMX_RESPONSES_RETENTION_DAYS,
     }
 
 

@@ -67,6 +67,14 @@ CELERY_BEAT_SCHEDULE = {
         "task": "apps.billing.tasks.usage_flush_task",
         "schedule": DMX_USAGE_FLUSH_SECONDS,
     },
+    "stored-responses-flush": {
+        "task": "apps.gateway.tasks.stored_responses_flush_task",
+        "schedule": DMX_USAGE_FLUSH_SECONDS,
+    },
+    "stored-responses-purge": {
+        "task": "apps.gateway.tasks.stored_responses_purge_task",
+        "schedule": crontab(hour=3, minute=50),
+    },
     "nodes-sync": {
         "task": "apps.hardware.tasks.nodes_sync_task",
         "schedule": DMX_NODE_STALE_CHECK_SECONDS,

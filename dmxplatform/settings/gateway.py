@@ -64,3 +64,16 @@ DMX_CONTEXT_PRESSURE_FACTOR = env_float("DMX_CONTEXT_PRESSURE_FACTOR", 0.5, mini
 # Proxies whose X-Forwarded-For is believed (CIDRs): for a key's allowed networks, and for the
 # address the audit log records (dmxplatform/audit/middleware.py).
 DMX_TRUSTED_PROXIES = env_list("DMX_TRUSTED_PROXIES", [])
+
+# Stored responses (/v1/responses with `store`, OpenAI's default): kept this many days, then
+# purged nightly, as OpenAI keeps them 30.
+DMX_RESPONSES_RETENTION_DAYS = env_int("DMX_RESPONSES_RETENTION_DAYS", 30, minimum=1)
+# A stored response is also kept this long in Redis, seconds: the next turn of a conversation
+# (previous_response_id) and polls of a background run read it there, not from PostgreSQL,
+# which gets it through a durable stream a second or two later.
+DMX_RESPONSES_HOT_SECONDS = env_int("DMX_RESPONSES_HOT_SECONDS", 3600, minimum=60)
+# How often a background response checks whether it was cancelled, seconds: the longest it
+# generates (and is billed for) after POST /v1/responses/{id}/cancel.
+DMX_BACKGROUND_CANCEL_POLL_SECONDS = env_float(
+    "DMX_BACKGROUND_CANCEL_POLL_SECONDS", 0.5, minimum=0.05
+)

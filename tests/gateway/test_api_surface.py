@@ -136,9 +136,12 @@ def test_a_forced_function_call_comes_back_as_a_function_call_item(client, commi
 
 
 def test_what_the_platform_does_not_keep_is_refused_by_name(client):
-    with pytest.raises(openai.BadRequestError) as raised:
+    with pytest.raises(openai.NotFoundError) as raised:
         client.responses.create(model=MODEL, input="Hi", previous_response_id="resp_123")
     assert raised.value.body["param"] == "previous_response_id"
+    with pytest.raises(openai.BadRequestError) as raised:
+        client.responses.create(model=MODEL, input="Hi", conversation="conv_123")
+    assert raised.value.body["param"] == "conversation"
     with pytest.raises(openai.BadRequestError) as raised:
         client.responses.create(model=MODEL, input="Hi", tools=[{"type": "web_search"}])
     assert raised.value.body["param"] == "tools[0].type"

@@ -265,9 +265,10 @@ def test_responses_input_items_become_chat_messages():
 @pytest.mark.parametrize(
     ("extra", "param"),
     [
-        ({"previous_response_id": "resp_1"}, "previous_response_id"),
-        ({"store": True}, "store"),
-        ({"background": True}, "background"),
+        ({"conversation": "conv_1"}, "conversation"),
+        ({"store": "yes"}, "store"),
+        ({"background": True, "store": False}, "background"),  # a background run is stored
+        ({"background": 1}, "background"),
         ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
         ({"include": ["reasoning.encrypted_content"]}, "include"),
         ({"truncation": "auto"}, "truncation"),
@@ -314,7 +315,7 @@ OPEN_RESPONSES_FIELDS = frozenset(
 DEFAULT_SETTINGS = {
     "presence_penalty": 0.0, "frequency_penalty": 0.0, "top_logprobs": 0, "max_tool_calls": None,
     "background": False, "service_tier": "default", "safety_identifier": None,
-    "prompt_cache_key": None, "store": False, "truncation": "disabled", "temperature": 1.0,
+    "prompt_cache_key": None, "store": True, "truncation": "disabled", "temperature": 1.0,
     "top_p": 1.0, "parallel_tool_calls": True, "tool_choice": "auto", "tools": [],
 }  # fmt: skip
 

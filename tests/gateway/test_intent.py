@@ -493,9 +493,9 @@ def _routed(text: str, *, default_route: bool = True) -> tuple[CompletionState, 
     runtime = SimpleNamespace(dispatcher=SimpleNamespace(resolve=resolve))
     key = SimpleNamespace(allows=lambda name: True, id=1, tenant_id=1, prepaid=False)
     state = CompletionState(Endpoint.CHAT, {}, None, None, key=key)
-    body = json.dumps({"model": "auto", "messages": [{"role": "user", "content": text}]})
+    body = {"model": "auto", "messages": [{"role": "user", "content": text}]}
     with pytest.raises(_Resolved) as routed:
-        prepare(state, runtime, body.encode())
+        prepare(state, runtime, body)
     return state, routed.value.args[0]
 
 

@@ -32,6 +32,7 @@ from schemathesis.checks import not_a_server_error
 from apps.billing import ledger
 from dmxplatform.redis_client import sync_redis
 from tests.fuzz import ERROR_FIELDS, fuzz_config
+from tests.http import call
 from tests.stack import wait_for
 
 SCHEMA_PATH = Path(__file__).resolve().parent / "openai_schema" / "openapi.json"
@@ -77,9 +78,9 @@ def _cap(body: dict[str, Any], name: str, ceiling: int) -> None:
         body[name] = ceiling
 
 
-def bound(case) -> None:
+def bound(case, stored_id: str) -> None:
     """Cap what would make the engine generate for long; point a share of cases at a served
-    model. Everything else stays as generated."""
+    model, or at a stored response. Everything else stays as generated."""
     force = _share(case)
     if isinstance(case.body, dict):
         body = dict(case.body)
@@ -90,7 +91,7 @@ def bound(case) -> None:
             ("max_output_tokens",)
             if case.path == "/responses"
             else ()
-            if case.path == "/embeddings"
+            if case.path in ("/embeddings", "/responses/input_tokens")
             else ("max_tokens", "max_completion_tokens")
         )
         for name in bounds:
@@ -103,6 +104,8 @@ def bound(case) -> None:
         case.body = body
     if force and "model" in (case.path_parameters or {}):
         case.path_parameters = {**case.path_parameters, "model": SERVED_MODEL}
+    if force and "response_id" in (case.path_parameters or {}):
+        case.path_parameters = {**case.path_parameters, "response_id": stored_id}
 
 
 def _error_problems(payload: Any) -> list[str]:
@@ -173,8 +176,21 @@ def dead_letters_before(platform) -> str:
     phases=[Phase.explicit, Phase.generate],
     suppress_health_check=list(HealthCheck),
 )
-def test_openai_schema(case, platform, dead_letters_before):
-    bound(case)
+@pytest.fixture(scope="module")
+def stored_id(platform) -> str:
+    """A stored response for the cases on /responses/{response_id} to read, page, cancel and
+    delete (after which they read a 404)."""
+    reply = call(
+        "POST",
+        platform.api_url + "/responses",
+        key=platform.api_key,
+        json_body={"model": SERVED_MODEL, "input": "Hi", "max_output_tokens": 4},
+    )
+    return reply.json()["id"]
+
+
+def test_openai_schema(case, platform, dead_letters_before, stored_id):
+    bound(case, stored_id)
     send_and_check(case, platform)
 
 

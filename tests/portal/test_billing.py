@@ -560,3 +560,24 @@ def test_owners_see_the_webhook_signing_secret_and_members_do_not(owner, member)
     assert secret in _html(owner.client.get(reverse("portal:billing")))
 
     assert secret not in _html(member.client.get(reverse("portal:billing")))
+
+
+def test_the_usage_page_counts_the_tenants_stored_responses_only(owner, stranger):
+    from apps.gateway.models import StoredResponse
+
+    now = timezone.now()
+    for tenant, name, size in (
+        (owner.tenant, "resp_a", 1500),
+        (owner.tenant, "resp_b", 1000),
+        (stranger.tenant, "resp_c", 10**6),  # another tenant's
+        (owner.tenant, "resp_gone", 10**6),  # past its retention
+    ):
+        StoredResponse.objects.create(
+            id=name, tenant=tenant, created_at=now, model="m", status="completed",
+            expires_at=now + (timedelta(days=-1) if name == "resp_gone" else timedelta(days=30)),
+            response={"id": name}, size_bytes=size,
+        )  # fmt: skip
+    html = _html(owner.client.get(reverse("portal:usage")))
+    stored = html[html.index('id="stored-responses"') :]
+    stored = stored[: stored.index("</p>")]
+    assert "2 responses" in stored and "2.4\xa0KB" in stored and "30 days" in stored

@@ -26,7 +26,10 @@ class Answer:
 
 class StreamWriter(Protocol):
     """One streamed answer in the client's events. Chunks come shaped and filtered
-    (outputs.StreamEditor); `end` closes the stream, `error` reports a failure inside it."""
+    (outputs.StreamEditor); `end` closes the stream, `error` reports a failure inside it.
+    `final`: the object the stream closed with, where the API keeps it (a stored response)."""
+
+    final: dict[str, Any] | None
 
     def chunk(self, chunk: dict[str, Any]) -> bytes: ...
 

@@ -392,6 +392,8 @@ class MessageEvents:
     deltas and stopped in turn, then message_delta with the stop reason and the usage (the
     output tokens, and the prompt's split into cache reads and the rest), and message_stop."""
 
+    final: dict[str, Any] | None = None  # nothing of these answers is stored
+
     def __init__(self, answer: Answer, editor: StreamEditor) -> None:
         self._answer = answer
         self._editor = editor

@@ -43,6 +43,8 @@ class ChunkWriter:
     """Chunks as they are, `data: [DONE]` at the end; a stream the gateway cuts short gets its
     usage chunk (where asked for) from what was generated."""
 
+    final: dict[str, Any] | None = None  # nothing of these answers is stored
+
     __slots__ = ("_editor", "_include_usage")
 
     def __init__(self, include_usage: bool, editor: StreamEditor) -> None:

@@ -36,10 +36,8 @@ from dmxplatform.errors import ApplicationError, InvalidRequestError
 
 # Parameters that need what the platform does not keep or run, with the reason a client reads.
 _REFUSED = {
-    "previous_response_id": "Responses are not stored, so 'previous_response_id' cannot be "
-    "continued: send the conversation's items in 'input'.",
-    "conversation": "Conversations ('conversation') are not stored: send the conversation's "
-    "items in 'input'.",
+    "conversation": "Conversations ('conversation') are not supported: continue a stored "
+    "response with 'previous_response_id', or send the conversation's items in 'input'.",
     "prompt": "Stored prompt templates ('prompt') are not supported.",
     "logprobs": "Log probabilities are not supported on /v1/responses; use "
     "/v1/chat/completions with 'logprobs'.",
@@ -77,15 +75,13 @@ class ResponsesDialect:
         for name, message in _REFUSED.items():
             if data.get(name) is not None:
                 raise _unsupported(message, name)
-        if data.get("store"):
+        for name in ("store", "background"):
+            if not isinstance(data.get(name), bool | None):
+                raise invalid(f"'{name}' must be a boolean.", name, GatewayErrorCode.INVALID_TYPE)
+        if data.get("background") and data.get("store") is False:
             raise invalid(
-                "Stored responses ('store': true) are not supported.",
-                "store",
-                GatewayErrorCode.UNSUPPORTED_VALUE,
-            )
-        if data.get("background"):
-            raise invalid(
-                "Background responses ('background': true) are not supported.",
+                "'background': true needs 'store': true: a background response is stored to be "
+                "polled.",
                 "background",
                 GatewayErrorCode.UNSUPPORTED_VALUE,
             )
@@ -134,6 +130,8 @@ class ResponsesDialect:
             raise _as_sent(error) from None
         request.client_prompt_param = "input"
         request.response_settings = _settings(data)
+        if request.response_settings["store"]:
+            request.response_input = _input_items(data["input"])
         return request
 
     def error_body(self, error: ApplicationError) -> bytes:
@@ -315,6 +313,14 @@ def _messages(data: dict[str, Any]) -> list[dict[str, Any]]:
     return messages
 
 
+def _input_items(given: Any) -> list[dict[str, Any]]:
+    """The request's input as the items a stored response lists (apps.gateway.stored): a
+    string is the user's message."""
+    if isinstance(given, str):
+        return [{"type": "message", "role": "user", "content": given}]
+    return list(given)
+
+
 def _string(item: dict[str, Any], name: str, param: str) -> str:
     value = item.get(name)
     if not isinstance(value, str):
@@ -414,7 +420,7 @@ def _settings(data: dict[str, Any]) -> dict[str, Any]:
     default OpenAI answers with), each of the type OpenAI's and Open Responses' schemas give."""
     form = (data.get("text") or {}).get("format") or {"type": "text"}
     return {
-        "background": False,  # 'background': true is refused
+        "background": bool(data.get("background")),
         "frequency_penalty": _sent(data, "frequency_penalty", 0.0),
         "instructions": data.get("instructions"),
         "max_output_tokens": data.get("max_output_tokens"),
@@ -422,11 +428,13 @@ def _settings(data: dict[str, Any]) -> dict[str, Any]:
         "metadata": data.get("metadata") or {},
         "parallel_tool_calls": _sent(data, "parallel_tool_calls", True),
         "presence_penalty": _sent(data, "presence_penalty", 0.0),
+        "previous_response_id": data.get("previous_response_id"),
         "prompt_cache_key": data.get("prompt_cache_key"),
         "reasoning": {"effort": (data.get("reasoning") or {}).get("effort"), "summary": None},
         "safety_identifier": data.get("safety_identifier"),
         # One tier serves every request (its priority comes from its key): OpenAI's "default".
         "service_tier": "default",
+        "store": _sent(data, "store", True),  # OpenAI stores responses unless told not to
         "temperature": _sent(data, "temperature", 1.0),
         "text": {"format": form},
         "tool_choice": _sent(data, "tool_choice", "auto"),
@@ -493,8 +501,6 @@ def _response(
         "incomplete_details": incomplete,
         "model": answer.identity.get("model", answer.request.model),
         "output": output,
-        "previous_response_id": None,
-        "store": False,
         "truncation": "disabled",
         # null until there is usage to report (response.created, a stream cut before any), as
         # OpenAI sends it and Open Responses requires it.
@@ -504,6 +510,13 @@ def _response(
     # Not nullable in OpenAI's schema, not asked for by Open Responses: left out unless sent.
     if response["user"] is None:
         del response["user"]
+    return response
+
+
+def snapshot(answer: Answer, status: str, error: dict[str, str] | None = None) -> dict[str, Any]:
+    """The response object of a run with no output yet: queued, or failed before its start."""
+    response = _response(answer, [], None, None, status=status)
+    response["error"] = error
     return response
 
 
@@ -582,6 +595,8 @@ class ResponseEvents:
         self._text: list[str] = []
         self._finish_reason: str | None = None
         self._failed = False
+        # The response object the stream closed with: what a stored response keeps.
+        self.final: dict[str, Any] | None = None
 
     def _event(self, kind: str, **fields: Any) -> bytes:
         data = {"type": kind, "sequence_number": self._sequence, **fields}
@@ -593,7 +608,7 @@ class ResponseEvents:
     ) -> dict[str, Any]:
         return _response(
             self._answer,
-            list(self._items.output) if status != "in_progress" else [],
+            list(self._items.output) if status not in ("queued", "in_progress") else [],
             finish_reason,
             usage,
             status=None if status == "done" else status,
@@ -602,8 +617,10 @@ class ResponseEvents:
 
     def _start(self) -> bytes:
         self._started = True
+        # A background response was created queued: its run starts with its first token.
+        created = "queued" if self._answer.request.response_settings["background"] else None
         return self._event(
-            "response.created", response=self._response("in_progress")
+            "response.created", response=self._response(created or "in_progress")
         ) + self._event("response.in_progress", response=self._response("in_progress"))
 
     def chunk(self, chunk: dict[str, Any]) -> bytes:
@@ -728,11 +745,34 @@ class ResponseEvents:
         status, _ = _status(finish_reason)
         # The item open at the end was the one being written: it ends as the response does.
         out += self._close_item(status)
-        response = self._response("done", finish_reason, self._editor.usage)
+        response = self.final = self._response("done", finish_reason, self._editor.usage)
         kind = "response.completed" if status == "completed" else "response.incomplete"
         out.append(self._event(kind, response=response))
         out.append(_DONE)
         return b"".join(out)
+
+    def unfinished(self, status: str, error: dict[str, str] | None = None) -> dict[str, Any]:
+        """The response of a run ended without its closing events (a background run cancelled
+        or failed): the items written so far, the one being written closed as incomplete."""
+        output = list(self._items.output)
+        if self._open is not None:
+            text = "".join(self._text)
+            last = _Items(self._answer)
+            if self._open_kind == "reasoning":
+                item = last.reasoning(text, "incomplete")
+            elif self._open_kind == "message":
+                item = last.message(text, "incomplete")
+            else:
+                item = last.function_call(
+                    self._open["call_id"], self._open["name"], text, "incomplete"
+                )
+            output.append({**item, "id": self._open["id"]})
+        response = _response(
+            self._answer, output, None, self._editor.usage, status=status,
+            created_at=self._created_at,
+        )  # fmt: skip
+        response["error"] = error
+        return response
 
     def error(self, error: ApplicationError) -> bytes:
         """The error event, then the response failed (what was generated is in it), as OpenAI
@@ -743,7 +783,7 @@ class ResponseEvents:
         out.append(
             self._event("error", code=str(error.code), message=error.message, param=error.param)
         )
-        response = self._response("failed", usage=self._editor.usage)
+        response = self.final = self._response("failed", usage=self._editor.usage)
         response["error"] = {"code": "server_error", "message": error.message}
         out.append(self._event("response.failed", response=response))
         out.append(_DONE)
