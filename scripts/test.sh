@@ -65,6 +65,14 @@ export PYTHONDONTWRITEBYTECODE=1
 # import rules are: about ten seconds, a few with its cache.
 .venv/bin/mypy
 
+# The documentation site, strictly (a broken link or anchor, a page missing from the nav, a
+# setting read but not documented, an alert without its runbook fail it), into a scratch
+# directory: a few seconds. Its references are generated from this checkout's code
+# (docs/hooks/reference.py), hence python -m from the repository root.
+site_dir=$(mktemp -d)
+NO_MKDOCS_2_WARNING=1 .venv/bin/python -m mkdocs build --strict --quiet --site-dir "$site_dir"
+rm -rf "$site_dir"
+
 # The deploy tests render the Kubernetes manifests with kustomize (kubectl's own, Debian's
 # kubernetes-client where the machine has none).
 if ! command -v kubectl >/dev/null && ! command -v kustomize >/dev/null; then

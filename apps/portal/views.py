@@ -279,7 +279,7 @@ def _billing_context(request: HttpRequest, **forms) -> dict:
 
 def _webhook_secret(request: HttpRequest, account: BillingAccount | None) -> str:
     """The signing secret of the account's webhook, for its owners only, made the first time
-    it is shown (docs/billing-webhooks.md); empty without a webhook."""
+    it is shown (docs/use/billing-webhooks.md); empty without a webhook."""
     if account is None or not account.webhook_url or not request.membership.is_owner:
         return ""
     return billing_services.webhook_secret_ensure(account=account)

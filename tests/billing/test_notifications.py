@@ -1,5 +1,5 @@
 """Budget and balance alerts: once per subject and period whoever looks, by mail and by a webhook
-a receiver can verify (docs/billing-webhooks.md), tried again after a failure; the balance
+a receiver can verify (docs/use/billing-webhooks.md), tried again after a failure; the balance
 ledger check's gauge; and the counters put back after the request store lost them."""
 
 from __future__ import annotations

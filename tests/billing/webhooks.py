@@ -1,5 +1,5 @@
 """A tenant's webhook endpoint for tests: a local HTTP server that records the signed alerts it
-is sent, and the receiver's check of a signature as docs/billing-webhooks.md shows it."""
+is sent, and the receiver's check of a signature as docs/use/billing-webhooks.md shows it."""
 
 from __future__ import annotations
 
@@ -73,7 +73,7 @@ class Receiver:
 
 
 def verified(secret: str, received: Received, *, tolerance: int = 300) -> bool:
-    """A receiver's check, as docs/billing-webhooks.md shows it."""
+    """A receiver's check, as docs/use/billing-webhooks.md shows it."""
     fields = dict(item.split("=", 1) for item in received.headers["X-DMX-Signature"].split(","))
     timestamp = int(fields["t"])
     signed = f"{timestamp}.".encode() + received.body

@@ -1,5 +1,5 @@
 """Budget and balance alerts: found, recorded once per subject and period, delivered by mail and
-by a signed webhook (docs/billing-webhooks.md).
+by a signed webhook (docs/use/billing-webhooks.md).
 
 Found: budgets past DMX_BUDGET_ALERT_PERCENT and past 100% of their amount this period, from the
 spend counters the gateways check (requests in flight count at what they may cost), and prepaid
