@@ -32,6 +32,7 @@ from apps.gateway.consumers import (  # noqa: E402
     LivenessEndpoint,
     ModelsEndpoint,
     ReadinessEndpoint,
+    ResponsesSocket,
     StoredResponseEndpoint,
     TokenCountEndpoint,
     UnknownPathEndpoint,
@@ -74,7 +75,16 @@ websocket_routes = [
 application = ProtocolTypeRouter(
     {
         "http": URLRouter(gateway_routes),
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_routes))),
+        "websocket": URLRouter(
+            [
+                # The API's socket: a key authenticates it, no cookie, so no Origin to check.
+                path("v1/responses", ResponsesSocket.as_asgi()),
+                re_path(
+                    r"",
+                    AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_routes))),
+                ),
+            ]
+        ),
         "lifespan": Lifespan(),
     }
 )

@@ -119,8 +119,3 @@ async def detach(state: CompletionState, runtime: GatewayRuntime) -> BackgroundR
     state.reply = reply
     state.receive = reply.receive
     return reply
-
-
-def cancelled_copy(record: ResponseRecord) -> dict[str, Any]:
-    """The response as POST .../cancel answers it: cancelled (its run stops at its next look)."""
-    return {**record.response, "status": ResponseStatus.CANCELLED.value}

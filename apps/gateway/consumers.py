@@ -7,26 +7,33 @@ hot path needs neither the hop nor the blindness.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 from urllib.parse import parse_qs
 
+import orjson
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.conf import settings
 
-from apps.gateway.background import cancelled_copy
-from apps.gateway.choices import ResponseStatus
 from apps.gateway.dialects import dialect_for
+from apps.gateway.direct import stream
 from apps.gateway.errors import GatewayErrorCode
 from apps.gateway.pipeline import complete, count_tokens
 from apps.gateway.reply import ClientReply
-from apps.gateway.response_records import ENDED
 from apps.gateway.runtime import get_runtime, shutdown_runtime
 from apps.gateway.schemas import Endpoint
 from apps.gateway.state import CompletionState, new_request_id, request_id_headers
 from apps.gateway.stored import input_item_page, not_found
+from apps.keys.errors import KeysErrorCode
 from apps.models.catalog import ModelEntry
 from apps.models.errors import ModelsErrorCode
-from dmxplatform.errors import ApplicationError, InvalidRequestError, NotFoundError
+from dmxplatform.errors import (
+    ApplicationError,
+    InvalidRequestError,
+    NotFoundError,
+    RateLimitError,
+)
 from dmxplatform.responses import (
     dumps,
     header,
@@ -36,6 +43,8 @@ from dmxplatform.responses import (
 )
 
 logger = logging.getLogger(__name__)
+# RFC 6455's close code for a connection refused by policy (here: no valid key).
+WS_POLICY_VIOLATION = 1008
 
 
 class TokenCountEndpoint:
@@ -71,9 +80,10 @@ class CompletionsEndpoint:
 
 
 class StoredResponseEndpoint:
-    """A stored response (apps.gateway.stored), for any key of the tenant that made it:
-    GET and DELETE /v1/responses/{id} (GET ?stream=true&starting_after=N streams a background
-    run's events from there), GET .../input_items, POST .../cancel."""
+    """Stored responses: a response, its input items, its deletion and a background run's
+    cancellation (apps.gateway.stored), for any key of the tenant that made it. GET and DELETE
+    /v1/responses/{id} (GET ?stream=true&starting_after=N streams a background run's events
+    from there), GET .../input_items, POST .../cancel."""
 
     def __init__(self, action: str = "") -> None:
         self.action = action
@@ -98,7 +108,7 @@ class StoredResponseEndpoint:
             elif self.action == "input_items":
                 body = input_item_page(record, query)
             elif self.action == "cancel":
-                body = await _cancel(runtime.responses, record)
+                body = await runtime.responses.cancel(record)
             elif _flag(query, "stream"):
                 await _stream_events(runtime.responses, record, query, send, headers)
                 return
@@ -115,23 +125,6 @@ def _query(scope: dict[str, Any]) -> dict[str, str]:
 
 def _flag(query: dict[str, str], name: str) -> bool:
     return query.get(name, "").lower() in ("true", "1")
-
-
-async def _cancel(store, record) -> dict[str, Any]:
-    if not record.background:
-        raise InvalidRequestError(
-            "Only responses created with 'background': true can be cancelled.",
-            code=GatewayErrorCode.RESPONSE_NOT_CANCELLABLE,
-        )
-    if record.status == ResponseStatus.CANCELLED:
-        return record.response
-    if record.status in ENDED:
-        raise InvalidRequestError(
-            f"Cannot cancel a response that is {record.status}.",
-            code=GatewayErrorCode.RESPONSE_NOT_CANCELLABLE,
-        )
-    await store.cancel(record)
-    return cancelled_copy(record)
 
 
 async def _stream_events(store, record, query, send, headers) -> None:
@@ -280,3 +273,112 @@ class Lifespan:
                 await shutdown_runtime()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+# The most responses one socket runs at once: OpenAI's SDK runs one per lane (`stream_id`).
+SOCKET_MAX_RUNNING = 8
+# What a client's `response.create` may carry beside the request body: the event's type, and
+# the lane its events are routed to (echoed on each).
+_ENVELOPE = ("type", "stream_id")
+
+
+class ResponsesSocket(AsyncJsonWebsocketConsumer):
+    """WebSocket mode of the Responses API (wss://…/v1/responses, OpenAI's and the Open
+    Responses specification's): the client sends `response.create` events (a POST body without
+    `stream` or `background`), and gets each response's events as messages, tagged with the
+    event's `stream_id`; errors come as `{"type": "error", "status", "error"}`. Each response
+    runs through the pipeline as a streamed POST /v1/responses authenticated by the handshake's
+    key (apps.gateway.direct), so limits, filter, routing, storage and billing are /v1's; a
+    client that leaves stops its responses and is billed what they generated."""
+
+    async def connect(self) -> None:
+        await self.accept()
+        self.running: set[asyncio.Task] = set()
+        self.credentials = [
+            (name, value)
+            for name, value in self.scope["headers"]
+            if name in (b"authorization", b"x-client-request-id")
+        ]
+        try:
+            runtime = await get_runtime()
+            await runtime.gate.key(header(self.scope, b"authorization"))
+        except ApplicationError as error:
+            await self._error(error)
+            await self.close(code=WS_POLICY_VIOLATION)
+
+    async def disconnect(self, code: int) -> None:
+        # Leaving a stream's iteration is the client leaving: the pipeline bills what was made.
+        for task in list(getattr(self, "running", ())):
+            task.cancel()
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        try:
+            body, lane = _socket_request(content)
+            if len(self.running) >= SOCKET_MAX_RUNNING:
+                raise RateLimitError(
+                    f"At most {SOCKET_MAX_RUNNING} responses run at once on one socket.",
+                    code=KeysErrorCode.RATE_LIMIT_EXCEEDED,
+                )
+        except ApplicationError as error:
+            await self._error(
+                error, content.get("stream_id") if isinstance(content, dict) else None
+            )
+            return
+        task = asyncio.ensure_future(self._respond(body, lane))
+        self.running.add(task)
+        task.add_done_callback(self.running.discard)
+
+    async def decode_json(self, text_data: str) -> Any:
+        try:
+            return await super().decode_json(text_data)
+        except ValueError:
+            return None  # answered by receive_json as a malformed event
+
+    async def _respond(self, body: dict[str, Any], lane: str | None) -> None:
+        tag = {"stream_id": lane} if lane is not None else {}
+        async for reply, event in stream(
+            Endpoint.RESPONSES, body, caller=self.scope, headers=self.credentials
+        ):
+            if reply.status != 200:
+                await self.send_json({"type": "error", "status": reply.status,
+                                      "error": reply.error, **tag})  # fmt: skip
+                return
+            if event is not None:
+                await self.send_json({**event, **tag})
+
+    async def _error(self, error: ApplicationError, lane: Any = None) -> None:
+        event = {
+            "type": "error",
+            "status": error.status,
+            "error": orjson.loads(error.to_json())["error"],
+        }
+        if isinstance(lane, str):
+            event["stream_id"] = lane
+        await self.send_json(event)
+
+
+def _socket_request(content: Any) -> tuple[dict[str, Any], str | None]:
+    """A client event's request body and lane, or the 400 why it is none."""
+    if not isinstance(content, dict) or content.get("type") != "response.create":
+        kind = content.get("type") if isinstance(content, dict) else None
+        raise InvalidRequestError(
+            f"Unsupported event type {kind!r}: send 'response.create' events."
+            if kind
+            else "Each message must be a JSON object with a 'type'.",
+            param="type",
+            code=GatewayErrorCode.UNSUPPORTED_VALUE,
+        )
+    for name in ("stream", "background"):
+        if name in content:
+            raise InvalidRequestError(
+                f"'{name}' is not sent over a WebSocket: every response streams, and none runs "
+                "in the background.",
+                param=name,
+                code=GatewayErrorCode.UNSUPPORTED_PARAMETER,
+            )
+    lane = content.get("stream_id")
+    if not isinstance(lane, str | None):
+        raise InvalidRequestError(
+            "'stream_id' must be a string.", param="stream_id", code=GatewayErrorCode.INVALID_TYPE
+        )
+    return {name: value for name, value in content.items() if name not in _ENVELOPE}, lane

@@ -1,6 +1,7 @@
-"""Chat completions asked for from inside the platform (the portal's playground): the very
-pipeline /v1 runs (limits, content filter, routing, billing to the key), for a key whose user is
-signed in, without the key's secret, which the platform never keeps.
+"""Requests asked for from inside the platform: the very pipeline /v1 runs (limits, content
+filter, routing, billing), for the portal's playground (chat completions for a key whose user is
+signed in, without the key's secret, which the platform never keeps) and for responses over a
+WebSocket (authenticated by the socket's handshake).
 
 The request goes through the pipeline (apps.gateway.pipeline) over an in-process ASGI
 exchange, so nothing here can drift from what /v1 does; the caller reads the response as events.
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,8 +27,8 @@ from dmxplatform.clients import client_address
 
 @dataclass
 class Reply:
-    """What the pipeline answered: the status and request id, then the stream's chunks (each an
-    OpenAI `chat.completion.chunk`) or, when it failed, the error body."""
+    """What the pipeline answered: the status and request id, then the stream's events (a chat
+    completion's chunks, a response's events) or, when it failed, the error body."""
 
     status: int = 0
     request_id: str = ""
@@ -58,20 +59,37 @@ async def chat_stream(
     the pipeline stops the generation and bills what was generated. `caller`: the ASGI scope
     of the caller's own connection (the portal's WebSocket), whose client the key's allowed
     networks are checked against."""
+    body = {**body, "stream_options": {"include_usage": True}}
+    async for event in stream(Endpoint.CHAT, body, caller=caller, key=key):
+        yield event
+
+
+async def stream(
+    endpoint: Endpoint,
+    body: dict[str, Any],
+    *,
+    caller: dict[str, Any],
+    key: KeyRecord | None = None,
+    headers: Iterable[tuple[bytes, bytes]] = (),
+) -> AsyncIterator[tuple[Reply, dict[str, Any] | None]]:
+    """Run a streamed request to `endpoint` through the pipeline; yield (reply, event) for
+    every event's data, first (reply, None) once the status is known. The request acts for
+    `key` (a signed-in user's), or is authenticated by `headers` as /v1 would (the caller's
+    own Authorization header: a WebSocket's handshake)."""
     runtime = await get_runtime()
     peer = caller.get("client")
     client = (client_address(caller, runtime.trusted_proxies), peer[1]) if peer else None
-    payload = orjson.dumps({**body, "stream": True, "stream_options": {"include_usage": True}})
+    payload = orjson.dumps({**body, "stream": True})
     scope = {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
         "method": "POST",
         "scheme": "http",
-        "path": "/v1/chat/completions",
-        "raw_path": b"/v1/chat/completions",
+        "path": endpoint.path,
+        "raw_path": endpoint.path.encode(),
         "query_string": b"",
-        "headers": [(b"content-type", b"application/json")],
+        "headers": [(b"content-type", b"application/json"), *headers],
         "client": client,
         "server": None,
     }
@@ -107,9 +125,7 @@ async def chat_stream(
         if not message.get("more_body", False):
             await reply.chunks.put(_END)
 
-    task = asyncio.ensure_future(
-        complete(CompletionState(Endpoint.CHAT, scope, receive, send, key=key))
-    )
+    task = asyncio.ensure_future(complete(CompletionState(endpoint, scope, receive, send, key=key)))
     try:
         waiting = asyncio.ensure_future(started.wait())
         await asyncio.wait([waiting, task], return_when=asyncio.FIRST_COMPLETED)

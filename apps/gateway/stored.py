@@ -136,10 +136,25 @@ class ResponseStore:
         )
         return True
 
-    async def cancel(self, record: ResponseRecord) -> None:
-        """Raise the flag the run watches (whichever replica runs it)."""
+    async def cancel(self, record: ResponseRecord) -> dict[str, Any]:
+        """POST .../cancel: raise the flag a background run watches (whichever replica runs
+        it) and answer the response cancelled, as it is once the run next looks; or the 400 why
+        it cannot be."""
+        if not record.background:
+            raise InvalidRequestError(
+                "Only responses created with 'background': true can be cancelled.",
+                code=GatewayErrorCode.RESPONSE_NOT_CANCELLABLE,
+            )
+        if record.status == ResponseStatus.CANCELLED:
+            return record.response
+        if record.status in ENDED:
+            raise InvalidRequestError(
+                f"Cannot cancel a response that is {record.status}.",
+                code=GatewayErrorCode.RESPONSE_NOT_CANCELLABLE,
+            )
         key = hot_key(record.tenant_id, record.id, "cancel")
         await self._redis.execute("SET", key, b"1", "PX", self._ttl_ms())
+        return {**record.response, "status": ResponseStatus.CANCELLED.value}
 
     async def cancelled(self, record: ResponseRecord) -> bool:
         key = hot_key(record.tenant_id, record.id, "cancel")

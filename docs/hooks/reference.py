@@ -100,10 +100,12 @@ def v1_endpoints() -> str:
         doc = " ".join(doc.split())
         method, _, what = doc.partition(" ")
         what = what.split(": ", 1)[1] if ": " in what else what
-        endpoint = getattr(app, "endpoint", None)
-        if endpoint is not None:
-            what = f"`{endpoint.value}` through the one pipeline, in its own API"
-        if method not in {"GET", "POST"}:
+        if type(app).__name__ == "CompletionsEndpoint":
+            what = f"`{app.endpoint.value}` through the one pipeline, in its own API"
+        allowed = getattr(app, "allowed", None)  # an endpoint serving several methods
+        if allowed is not None:
+            method = allowed
+        elif method not in {"GET", "POST"}:
             method, what = "any", doc
         served_by = f"`{type(app).__module__}.{type(app).__name__}`"
         rows.append(f"| `{path}` | {method} | {served_by} | {_cell(_first_sentence(what))} |")

@@ -146,6 +146,23 @@ def tool_call_stream() -> list[bytes]:
 # -- Responses ----------------------------------------------------------------------------------
 
 
+def test_a_background_response_streams_created_queued_then_in_progress_numbered_from_0():
+    events = stream(
+        Endpoint.RESPONSES,
+        {"model": "auto", "input": "Hello", "stream": True, "background": True},
+        recorded("vllm-chat-stream-continuous.sse"),
+    )
+    kinds = [kind for kind, _ in events[:3]]
+    assert kinds == ["response.created", "response.queued", "response.in_progress"]
+    assert [data["response"]["status"] for _, data in events[:3]] == [
+        "queued",
+        "queued",
+        "in_progress",
+    ]
+    assert [data["sequence_number"] for _, data in events] == list(range(len(events)))
+    assert events[-1][1]["response"]["background"] is True
+
+
 def test_a_streamed_response_has_openais_events_in_order_and_its_usage_last():
     events = stream(
         Endpoint.RESPONSES,

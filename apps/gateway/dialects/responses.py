@@ -617,11 +617,17 @@ class ResponseEvents:
 
     def _start(self) -> bytes:
         self._started = True
-        # A background response was created queued: its run starts with its first token.
-        created = "queued" if self._answer.request.response_settings["background"] else None
-        return self._event(
-            "response.created", response=self._response(created or "in_progress")
-        ) + self._event("response.in_progress", response=self._response("in_progress"))
+        if self._answer.request.response_settings["background"]:
+            # A background response was created queued: its run starts with its first token.
+            queued = self._response("queued")
+            out = [
+                self._event("response.created", response=queued),
+                self._event("response.queued", response=queued),
+            ]
+        else:
+            out = [self._event("response.created", response=self._response("in_progress"))]
+        out.append(self._event("response.in_progress", response=self._response("in_progress")))
+        return b"".join(out)
 
     def chunk(self, chunk: dict[str, Any]) -> bytes:
         out = [] if self._started else [self._start()]
