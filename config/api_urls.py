@@ -13,6 +13,7 @@ app_name = "api"
 urlpatterns = [
     path("", include("apps.keys.api.urls")),
     path("", include("apps.billing.api.urls")),
+    path("", include("apps.gateway.api.urls")),
     path("", include("apps.models.api.urls")),
     path("", include("apps.hardware.api.management_urls")),
     path("", include("apps.routing.api.management_urls")),

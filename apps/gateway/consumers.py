@@ -24,7 +24,7 @@ from apps.gateway.reply import ClientReply
 from apps.gateway.runtime import get_runtime, shutdown_runtime
 from apps.gateway.schemas import Endpoint
 from apps.gateway.state import CompletionState, new_request_id, request_id_headers
-from apps.gateway.stored import input_item_page, not_found
+from apps.gateway.stored import input_item_page, not_found, query_int
 from apps.keys.errors import KeysErrorCode
 from apps.models.catalog import ModelEntry
 from apps.models.errors import ModelsErrorCode
@@ -135,16 +135,10 @@ async def _stream_events(store, record, query, send, headers) -> None:
             param="stream",
             code=GatewayErrorCode.RESPONSE_NOT_STREAMABLE,
         )
-    after = query.get("starting_after", "-1")
-    if not after.lstrip("-").isdigit():
-        raise InvalidRequestError(
-            "'starting_after' must be an integer.",
-            param="starting_after",
-            code=GatewayErrorCode.INVALID_TYPE,
-        )
+    after = query_int(query, "starting_after", -1)
     reply = ClientReply(send, headers, lambda error: error.to_json())
     poll = settings.DMX_BACKGROUND_CANCEL_POLL_SECONDS
-    async for event in store.events(record, after=int(after), poll=poll):
+    async for event in store.events(record, after=after, poll=poll):
         await reply.body(event, more=True)
     await reply.body(b"", more=False)
 

@@ -20,6 +20,7 @@ it watches a flag in Redis that `POST .../cancel` raises on any replica.
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -37,6 +38,8 @@ from dmxplatform.resp import ClusterRespClient, RespClient, Script
 
 # An event stream's last entry: the stream's end, after which a reader stops.
 _END_FIELD = b"end"
+# What a stored response's id can be (the gateway's are resp_ and 32 hex digits).
+_RESPONSE_ID = re.compile(r"resp_[0-9A-Za-z_-]{1,59}")
 
 
 def not_found(response_id: str, param: str | None = None) -> NotFoundError:
@@ -87,7 +90,7 @@ class ResponseStore:
 
     async def get(self, response_id: str, tenant_id: int) -> ResponseRecord | None:
         """The tenant's response of that id, or None (another tenant's is None too)."""
-        if not response_id.startswith("resp_") or len(response_id) > 64:
+        if not _RESPONSE_ID.fullmatch(response_id):  # nothing else was ever stored
             return None
         raw = await self._redis.execute("GET", hot_key(tenant_id, response_id))
         if raw == TOMBSTONE:
@@ -203,8 +206,8 @@ ITEMS_PAGE_DEFAULT, ITEMS_PAGE_MAX = 20, 100
 def input_item_page(record: ResponseRecord, query: dict[str, str]) -> dict[str, Any]:
     """GET /v1/responses/{id}/input_items: a page of the response's input items, as OpenAI
     pages them (`limit` 1-100, default 20; `order` desc by default; `after` an item's id)."""
-    limit_text = query.get("limit", str(ITEMS_PAGE_DEFAULT))
-    if not limit_text.isdigit() or not 1 <= int(limit_text) <= ITEMS_PAGE_MAX:
+    limit = query_int(query, "limit", ITEMS_PAGE_DEFAULT)
+    if not 1 <= limit <= ITEMS_PAGE_MAX:
         raise InvalidRequestError(
             f"'limit' must be an integer from 1 to {ITEMS_PAGE_MAX}.",
             param="limit",
@@ -226,7 +229,7 @@ def input_item_page(record: ResponseRecord, query: dict[str, str]) -> dict[str, 
                 code=GatewayErrorCode.INVALID_VALUE,
             )
         items = items[ids.index(after) + 1 :]
-    page = items[: int(limit_text)]
+    page = items[:limit]
     return {
         "object": "list",
         "data": page,
@@ -234,3 +237,15 @@ def input_item_page(record: ResponseRecord, query: dict[str, str]) -> dict[str, 
         "last_id": page[-1]["id"] if page else None,
         "has_more": len(items) > len(page),
     }
+
+
+def query_int(query: dict[str, str], name: str, default: int) -> int:
+    """A query parameter that must be an integer (ASCII digits, as a client sends one)."""
+    text = query.get(name)
+    if text is None:
+        return default
+    if not re.fullmatch(r"-?[0-9]{1,18}", text):
+        raise InvalidRequestError(
+            f"'{name}' must be an integer.", param=name, code=GatewayErrorCode.INVALID_TYPE
+        )
+    return int(text)

@@ -176,3 +176,24 @@ def test_usage_is_read_only_for_everyone(owner):
         response = owner.client.post(f"{API}/{path}", {}, format="json")
         assert response.status_code == 405, path
         assert error_of(response)["code"] == "method_not_allowed"
+
+
+def test_stored_responses_usage_counts_the_callers_tenant_only(owner, member, stranger):
+    from apps.gateway.models import StoredResponse
+
+    now = timezone.now()
+    for tenant, name, size, days in (
+        (owner.tenant, "resp_a", 700, 30),
+        (owner.tenant, "resp_b", 300, 2),
+        (owner.tenant, "resp_old", 10**6, -1),  # past its retention
+        (stranger.tenant, "resp_c", 10**6, 30),
+    ):
+        StoredResponse.objects.create(
+            id=name, tenant=tenant, created_at=now, expires_at=now + timedelta(days=days),
+            status="completed", model="m", response={"id": name}, size_bytes=size,
+        )  # fmt: skip
+    response = member.client.get(f"{API}/usage/stored-responses")  # members read
+    assert response.status_code == 200, response.content
+    body = response.json()
+    assert (body["count"], body["size_bytes"], body["retention_days"]) == (2, 1000, 30)
+    assert body["next_expiry"].startswith((now + timedelta(days=2)).date().isoformat())

@@ -167,15 +167,6 @@ def dead_letters_before(platform) -> str:
     return last[0][0].decode() if last else "0-0"
 
 
-@schema.parametrize()
-@settings(
-    max_examples=MAX_EXAMPLES,
-    deadline=None,
-    database=None,
-    # Shrinking a failure would resend hundreds of requests: report the first one as found.
-    phases=[Phase.explicit, Phase.generate],
-    suppress_health_check=list(HealthCheck),
-)
 @pytest.fixture(scope="module")
 def stored_id(platform) -> str:
     """A stored response for the cases on /responses/{response_id} to read, page, cancel and
@@ -189,6 +180,15 @@ def stored_id(platform) -> str:
     return reply.json()["id"]
 
 
+@schema.parametrize()
+@settings(
+    max_examples=MAX_EXAMPLES,
+    deadline=None,
+    database=None,
+    # Shrinking a failure would resend hundreds of requests: report the first one as found.
+    phases=[Phase.explicit, Phase.generate],
+    suppress_health_check=list(HealthCheck),
+)
 def test_openai_schema(case, platform, dead_letters_before, stored_id):
     bound(case, stored_id)
     send_and_check(case, platform)

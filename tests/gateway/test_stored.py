@@ -3,6 +3,7 @@ test_stored_responses.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import timedelta
 
@@ -18,7 +19,7 @@ from apps.gateway.response_records import (
     input_items,
 )
 from apps.gateway.services import stored_responses_flush, stored_responses_purge
-from apps.gateway.stored import input_item_page
+from apps.gateway.stored import ResponseStore, input_item_page
 from dmxplatform import streams
 from dmxplatform.errors import InvalidRequestError
 from dmxplatform.redis_client import sync_redis
@@ -65,6 +66,7 @@ def test_input_items_page_as_openai_pages_them():
 @pytest.mark.parametrize(
     ("query", "param"),
     [({"limit": "0"}, "limit"), ({"limit": "101"}, "limit"), ({"limit": "x"}, "limit"),
+     ({"limit": "²"}, "limit"), ({"limit": "٣"}, "limit"),
      ({"order": "up"}, "order"), ({"after": "msg_none"}, "after")],
 )  # fmt: skip
 def test_a_bad_page_query_is_a_400_naming_it(query, param):
@@ -116,3 +118,9 @@ def test_the_purge_deletes_responses_past_their_retention():
         )  # fmt: skip
     assert stored_responses_purge(now=now) == 1
     assert list(StoredResponse.objects.values_list("id", flat=True)) == ["resp_new"]
+
+
+@pytest.mark.parametrize("response_id", ["resp_\x00", "resp_" + "a" * 60, "msg_1", "resp_a b"])
+def test_an_id_no_response_can_have_is_found_without_asking_anything(response_id):
+    store = ResponseStore(redis=None)  # asking Redis or the database would fail
+    assert asyncio.run(store.get(response_id, 1)) is None
