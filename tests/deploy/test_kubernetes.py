@@ -261,6 +261,21 @@ def test_celery_beat_is_exactly_one_and_never_two_in_a_rollout(rendered, overlay
 
 
 @overlays
+def test_celery_pods_name_the_platforms_celery_app(rendered, overlay):
+    """`celery -A X` names a module holding the platform's Celery app, with its beat schedule
+    (the app once moved from dmxplatform to config and the manifests kept the old name)."""
+    from celery.app.utils import find_app
+
+    from config.celery import app as platform_app
+
+    for component in ("celery-worker", "celery-beat"):
+        (deployment,) = of_component(rendered[overlay], component)
+        args = container(deployment)["args"]
+        # As the celery command resolves -A.
+        assert find_app(args[args.index("-A") + 1]) is platform_app, (component, args)
+
+
+@overlays
 def test_a_worker_deployment_gets_a_gpu_of_its_product_shm_and_the_model_cache(rendered, overlay):
     manifests = rendered[overlay]
     for deployment in of_component(manifests, "inference-worker"):
