@@ -74,6 +74,25 @@ gateway_stream_duration = Histogram(
     buckets=REQUEST_DURATION_BUCKETS,
 )
 
+# By intent: what each kind of work waits and takes, for the operator to see which intents a
+# slow fleet hurts (and whether a rule's tier holds them back as meant). Label values come from
+# the classifier's fixed set of labels.
+gateway_intent_time_to_first_token = Histogram(
+    "dmx_gateway_intent_time_to_first_token_seconds",
+    "Time from request received to the first token relayed, streamed requests that ended ok, "
+    "by the intent the classifier gave them.",
+    ["intent"],
+    buckets=REQUEST_DURATION_BUCKETS,
+)
+
+gateway_intent_request_duration = Histogram(
+    "dmx_gateway_intent_request_duration_seconds",
+    "Time from request received to response finished, completion requests that ended ok, by "
+    "the intent the classifier gave them.",
+    ["intent"],
+    buckets=REQUEST_DURATION_BUCKETS,
+)
+
 routing_decision_seconds = Histogram(
     "dmx_routing_decision_seconds",
     "Time one routing decision took (filters and scores over the model's nodes).",

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Set up everything and run the platform locally: the gateway, a Celery worker with beat, and
-# one vLLM worker registered as a node. Ctrl-C stops them all.
+# vLLM workers registered as nodes. Ctrl-C stops them all.
 #
 # Settings come from the environment and .env (created on first run); see .env.example.
 # Without DATABASE_URL the platform uses SQLite in db.sqlite3. Without DMX_WORKER_MODEL the
 # worker serves the tiny offline model, built on first run into .cache/models/dmx-tiny, with
-# tool calling (vLLM's hermes parser), and a second worker serves the same model as the
-# embedding model dmx-tiny-embed (DMX_EMBED_WORKER=0 leaves it out).
+# tool calling (vLLM's hermes parser); a second worker serves the same weights as the code model
+# dmx-tiny-code, which the routing table's alias `auto` sends code to (DMX_CODE_WORKER=0 leaves
+# it out), and a third as the embedding model dmx-tiny-embed (DMX_EMBED_WORKER=0 leaves it out).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,14 +32,18 @@ WORKER_PORT=${DMX_WORKER_PORT:-8100}
 MODEL_NAME=${DMX_WORKER_MODEL_NAME:-dmx-tiny}
 EMBED_PORT=${DMX_EMBED_WORKER_PORT:-$((WORKER_PORT + 1))}
 EMBED_MODEL_NAME=dmx-tiny-embed
+CODE_PORT=${DMX_CODE_WORKER_PORT:-$((WORKER_PORT + 2))}
+CODE_MODEL_NAME=dmx-tiny-code
 mkdir -p .run
 
 if [ -z "${REDIS_URL:-}" ]; then ./scripts/services.sh; fi
 
 EMBED_WORKER=0
+CODE_WORKER=0
 TOOL_CALL_PARSER=""
 if [ -z "${DMX_WORKER_MODEL:-}" ]; then
   EMBED_WORKER=${DMX_EMBED_WORKER:-1}
+  CODE_WORKER=${DMX_CODE_WORKER:-1}
   TOOL_CALL_PARSER=hermes  # the tiny model's chat template speaks Hermes (inference/tiny_model.py)
   DMX_WORKER_MODEL=$PWD/.cache/models/dmx-tiny
   echo "==> the tiny offline model: $DMX_WORKER_MODEL"
@@ -54,8 +59,13 @@ echo "==> migrating the database"
 .venv/bin/python manage.py migrate --noinput >/dev/null
 .venv/bin/python manage.py collectstatic --noinput >/dev/null
 
+# With the code model, the routing table's alias `auto`: code to it, everything else (and what
+# the classifier is unsure of) to $MODEL_NAME.
+code_model=()
+if [ "$CODE_WORKER" = 1 ]; then code_model=(--code-model-name "$CODE_MODEL_NAME"); fi
 # Secrets are shown once; keep this run's so that a restart can print them again.
-demo=$(.venv/bin/python manage.py dmx_demo --model-name "$MODEL_NAME" --source "$DMX_WORKER_MODEL" --max-context-tokens "$CONTEXT")
+demo=$(.venv/bin/python manage.py dmx_demo --model-name "$MODEL_NAME" --source "$DMX_WORKER_MODEL" \
+  --max-context-tokens "$CONTEXT" "${code_model[@]}")
 .venv/bin/python - "$demo" <<'PY'
 import json, pathlib, sys
 new = json.loads(sys.argv[1])
@@ -65,10 +75,14 @@ merged = {k: new.get(k) or old.get(k) for k in set(new) | set(old)}
 path.write_text(json.dumps(merged))
 path.chmod(0o600)
 PY
-# The demo model's engine settings (a version that has its own keeps them), and the embedding
-# model a second worker serves.
-.venv/bin/python manage.py model_ensure "$MODEL_NAME" --source "$DMX_WORKER_MODEL" \
-  --max-context-tokens "$CONTEXT" ${TOOL_CALL_PARSER:+--tool-call-parser "$TOOL_CALL_PARSER"} >/dev/null
+# The demo models' engine settings (a version that has its own keeps them), and the embedding
+# model a third worker serves.
+generating=("$MODEL_NAME")
+if [ "$CODE_WORKER" = 1 ]; then generating+=("$CODE_MODEL_NAME"); fi
+for name in "${generating[@]}"; do
+  .venv/bin/python manage.py model_ensure "$name" --source "$DMX_WORKER_MODEL" \
+    --max-context-tokens "$CONTEXT" ${TOOL_CALL_PARSER:+--tool-call-parser "$TOOL_CALL_PARSER"} >/dev/null
+done
 if [ "$EMBED_WORKER" = 1 ]; then
   .venv/bin/python manage.py model_ensure "$EMBED_MODEL_NAME" --kind embed \
     --source "$DMX_WORKER_MODEL" --max-context-tokens "$CONTEXT" >/dev/null
@@ -113,7 +127,20 @@ VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-1} VLLM_CPU_OMP_THREADS_BIND=${
 pids+=($!)
 
 served=("$MODEL_NAME")
-EMBED_LOG=""
+EXTRA_LOGS=""
+if [ "$CODE_WORKER" = 1 ]; then
+  echo "==> starting the worker for $CODE_MODEL_NAME on port $CODE_PORT (logs: .run/worker-code.log)"
+  # The same tiny weights under a second name, so that `auto` has two models to choose from;
+  # one OpenMP thread, unbound: it shares the cores with the first.
+  DMX_NODE_TOKEN="$NODE_TOKEN" \
+  VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind OMP_NUM_THREADS=1 \
+  .venv-vllm/bin/python -m inference.worker --model "$DMX_WORKER_MODEL" --name "$CODE_MODEL_NAME" \
+    --port "$CODE_PORT" --platform-url "http://127.0.0.1:$GATEWAY_PORT" \
+    -- ${DMX_WORKER_VLLM_ARGS:---enforce-eager} --max-num-seqs 16 > .run/worker-code.log 2>&1 &
+  pids+=($!)
+  served+=("$CODE_MODEL_NAME")
+  EXTRA_LOGS+=" .run/worker-code.log"
+fi
 if [ "$EMBED_WORKER" = 1 ]; then
   echo "==> starting the embedding worker for $EMBED_MODEL_NAME on port $EMBED_PORT (logs: .run/worker-embed.log)"
   # The same tiny model, run by vLLM as a pooling model (the platform tells the worker its
@@ -125,7 +152,7 @@ if [ "$EMBED_WORKER" = 1 ]; then
     -- ${DMX_WORKER_VLLM_ARGS:---enforce-eager} --max-num-seqs 16 > .run/worker-embed.log 2>&1 &
   pids+=($!)
   served+=("$EMBED_MODEL_NAME")
-  EMBED_LOG=" .run/worker-embed.log"
+  EXTRA_LOGS+=" .run/worker-embed.log"
 fi
 
 echo -n "==> waiting for the nodes to register"
@@ -154,7 +181,7 @@ DMX platform is running.
   admin                    http://$GATEWAY_HOST:$GATEWAY_PORT/admin/  (user admin${ADMIN_PASSWORD:+, password $ADMIN_PASSWORD})
   health, metrics          http://$GATEWAY_HOST:$GATEWAY_PORT/health  http://$GATEWAY_HOST:$GATEWAY_PORT/metrics
   demo API key             $API_KEY
-  logs                     .run/gateway.log .run/celery.log .run/worker.log$EMBED_LOG
+  logs                     .run/gateway.log .run/celery.log .run/worker.log$EXTRA_LOGS
   models                   ${served[*]}
 
 Try:
@@ -162,6 +189,14 @@ Try:
     -H "Content-Type: application/json" \\
     -d '{"model": "$MODEL_NAME", "messages": [{"role": "user", "content": "Hello!"}], "max_tokens": 16}'
 INFO
+if [ "$CODE_WORKER" = 1 ]; then
+  cat <<INFO
+  # "auto": the routing table picks the model by the prompt's intent (code: $CODE_MODEL_NAME)
+  curl http://$GATEWAY_HOST:$GATEWAY_PORT/v1/chat/completions -H "Authorization: Bearer $API_KEY" \\
+    -H "Content-Type: application/json" \\
+    -d '{"model": "auto", "messages": [{"role": "user", "content": "Write a Python function that reverses a list."}], "max_tokens": 16}'
+INFO
+fi
 if [ "$EMBED_WORKER" = 1 ]; then
   cat <<INFO
   curl http://$GATEWAY_HOST:$GATEWAY_PORT/v1/embeddings -H "Authorization: Bearer $API_KEY" \\

@@ -1,5 +1,6 @@
 """The fleet dashboard (admin: Platform -> Fleet dashboard): every node's live state and every
-model's last hour, on one page the browser keeps live over a WebSocket (apps.console.consumers).
+model's and intent's last hour, on one page the browser keeps live over a WebSocket
+(apps.console.consumers).
 
 The figures are the hardware and keys apps' (their selectors); this module only puts them into
 the one shape the page draws, for the page's first paint and for every update after it.
@@ -16,7 +17,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
-from apps.billing.selectors import usage_minute_series
+from apps.billing.selectors import usage_by_intent, usage_minute_series
 from apps.hardware.nodestate import NodeSnapshot, now
 from apps.hardware.selectors import node_states
 
@@ -64,8 +65,8 @@ def node_row(snapshot: NodeSnapshot) -> dict[str, Any]:
 
 def fleet_state() -> dict[str, Any]:
     """Everything the page shows: every node (its row, and its hardware in words) and every
-    model's figures per minute over the last hour. `now` (wall-clock seconds) lets the browser
-    count heartbeat ages on the server's clock."""
+    model's figures per minute over the last hour, and every intent's over the hour. `now`
+    (wall-clock seconds) lets the browser count heartbeat ages on the server's clock."""
     series = usage_minute_series()
     return {
         "type": "fleet",
@@ -81,6 +82,7 @@ def fleet_state() -> dict[str, Any]:
         ],
         "minutes": [minute.strftime(MINUTE_LABEL) for minute in series.minutes],
         "models": {name: dataclasses.asdict(figures) for name, figures in series.models.items()},
+        "intents": [dataclasses.asdict(figures) for figures in usage_by_intent()],
     }
 
 

@@ -33,7 +33,7 @@ from apps.gateway.context import (
     reservation,
 )
 from apps.gateway.errors import GatewayErrorCode
-from apps.gateway.intent import classify
+from apps.gateway.intent import LABELS, classify
 from apps.gateway.prompts import intent_text, screen_prompt
 from apps.gateway.relay import forward
 from apps.gateway.request_ids import accept_client_request_id
@@ -226,6 +226,7 @@ def prepare(state: CompletionState, runtime: GatewayRuntime, data: dict[str, Any
     model = state.model = resolution.model
     limit = state.context_limit = resolution.context_limit
     state.preferred = resolution.preferred
+    state.priority = resolution.priority(reached(state.key, "auth").priority)
     _check_kind(model, request.endpoint)
     check_context_bound(model, request, limit)
     state.flags = screen_prompt(runtime.content_filter, request)
@@ -303,6 +304,12 @@ _STAGE_HISTOGRAMS = {
 _REQUEST_DURATION = metrics.Bound(metrics.gateway_request_duration)
 _TIME_TO_FIRST_TOKEN = metrics.Bound(metrics.gateway_time_to_first_token)
 _STREAM_DURATION = metrics.Bound(metrics.gateway_stream_duration)
+# Every intent's, from the start: a dashboard's quantile over an intent not seen yet is empty,
+# not missing.
+_INTENT_TTFT = {label: metrics.gateway_intent_time_to_first_token.labels(label) for label in LABELS}
+_INTENT_DURATION = {
+    label: metrics.gateway_intent_request_duration.labels(label) for label in LABELS
+}
 
 
 def _export_metrics(state: CompletionState) -> None:
@@ -320,3 +327,8 @@ def _export_metrics(state: CompletionState) -> None:
         _TIME_TO_FIRST_TOKEN(node.model).observe(state.first_token_at - state.started)
         if state.outcome is UsageStatus.OK:
             _STREAM_DURATION(node.model).observe(elapsed)
+    # Embeddings have no intent; a request that failed says nothing of how long its kind takes.
+    if state.intent and state.outcome is UsageStatus.OK:
+        _INTENT_DURATION[state.intent].observe(elapsed)
+        if streamed and state.first_token_at is not None:
+            _INTENT_TTFT[state.intent].observe(state.first_token_at - state.started)

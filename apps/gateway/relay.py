@@ -32,7 +32,8 @@ async def forward(state: CompletionState, runtime: GatewayRuntime) -> None:
     """Send the request to the node routing picks (another one if it fails before answering),
     relay its answer, and tell routing how it went there. A stream's client is watched from the
     start: one that leaves while its request waits for a node or its first token stops it."""
-    request, key = reached(state.request, "parse"), reached(state.key, "auth")
+    request = reached(state.request, "parse")
+    priority = reached(state.priority, "resolve")
     prompt_ids = state.prompt_count.ids if state.prompt_count is not None else None
     state.dispatch = runtime.dispatcher.dispatch(
         RouteRequest(
@@ -40,7 +41,7 @@ async def forward(state: CompletionState, runtime: GatewayRuntime) -> None:
             model=reached(state.model, "resolve"),
             prompt_tokens=state.estimated_tokens or 0,
             completion_tokens=request.max_tokens or 0,
-            priority=key.priority,
+            priority=priority,
             affinity=affinity_key(request),
             preferred_profiles=state.preferred,
             prompt_ids=prompt_ids or (),
@@ -53,7 +54,7 @@ async def forward(state: CompletionState, runtime: GatewayRuntime) -> None:
     send = sender(
         reached(runtime.http, "start"),
         request,
-        priority=key.priority,
+        priority=priority,
         time_left=state.time_left,
         request_id=state.request_id,
         trace=state.trace,

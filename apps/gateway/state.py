@@ -103,6 +103,8 @@ class CompletionState:
         self.model: ModelEntry | None = None
         self.preferred: frozenset[str] = frozenset()
         self.context_limit: int | None = None
+        # The priority tier it runs at: its key's, lowered by its route's (Resolution.priority).
+        self.priority: int | None = None
         # screen, context: the prompt's content flags and its counted tokens (None: no
         # tokenizer).
         self.flags: list[str] = []

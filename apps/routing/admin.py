@@ -66,8 +66,16 @@ def _each(request: HttpRequest, queryset: QuerySet, action, *, name: str = "reco
 
 @admin.register(RoutingRule)
 class RoutingRuleAdmin(ServiceDeletesMixin, admin.ModelAdmin):
-    list_display = ["alias", "intent", "model", "weight", "hardware_preference", "is_active"]
-    list_filter = ["alias", "intent", "is_active"]
+    list_display = [
+        "alias",
+        "intent",
+        "model",
+        "weight",
+        "tier",
+        "hardware_preference",
+        "is_active",
+    ]
+    list_filter = ["alias", "intent", "tier", "is_active"]
     list_editable = ["weight", "is_active"]
 
     def save_model(self, request: HttpRequest, obj: RoutingRule, form, change: bool) -> None:

@@ -53,7 +53,7 @@ from apps.routing.router import Decision, Router, RouteRequest
 from apps.routing.selectors import routing_table_load
 from apps.routing.services import ROUTING_TABLE_VERSION
 from apps.routing.stats import GatewayStats
-from apps.routing.table import RoutingTable
+from apps.routing.table import RoutingTable, request_tier
 from dmxplatform import metrics
 from dmxplatform.errors import (
     ApplicationError,
@@ -103,6 +103,12 @@ class Resolution:
     preferred: frozenset[str]
     # The context a request may use now (context_limit).
     context_limit: int
+    # The tier of the routing-table rule it came by (None: none, or a rule without one).
+    route_tier: int | None = None
+
+    def priority(self, key_tier: int) -> int:
+        """The tier the request runs at, for a key of `key_tier` (table.request_tier)."""
+        return request_tier(key_tier, self.route_tier)
 
 
 def context_limit(model: ModelEntry, kv_pressure: float | None) -> int:
@@ -164,12 +170,13 @@ class Dispatcher:
         exists and `allows` (the key) lets the caller use it (else 404, as OpenAI answers an
         unknown model), with what routing knows of it now."""
         preferred: frozenset[str] = frozenset()
+        tier = None
         allowed = allows(name)
         if self.table.is_alias(name):
             route = self.table.resolve(name, intent, request_id)
             if route is not None:
                 allowed = allowed or allows(route.model)
-                name, preferred = route.model, route.preferred_profiles
+                name, preferred, tier = route.model, route.preferred_profiles, route.tier
         entry = self.catalog.get(name)
         if entry is None or not allowed:
             raise NotFoundError(
@@ -178,7 +185,9 @@ class Dispatcher:
                 param="model",
                 code=ModelsErrorCode.MODEL_NOT_FOUND,
             )
-        return Resolution(entry, preferred, context_limit(entry, self.fleet.kv_pressure(name)))
+        return Resolution(
+            entry, preferred, context_limit(entry, self.fleet.kv_pressure(name)), tier
+        )
 
     def served_models(self) -> list[ModelEntry]:
         """The catalog's models that a live node serves now (GET /v1/models)."""

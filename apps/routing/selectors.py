@@ -35,6 +35,7 @@ def routing_table_load(*, version: int) -> RoutingTable:
                 model=rule.model.name,
                 weight=rule.weight,
                 preferred_profiles=frozenset(rule.hardware_preference or ()),
+                tier=rule.tier,
             )
         )
     return RoutingTable(

@@ -10,6 +10,19 @@ class Route:
     model: str
     weight: float
     preferred_profiles: frozenset[str]
+    # The priority tier of the requests routed here (PriorityTier; None: their key's), as
+    # request_tier applies it.
+    tier: int | None = None
+
+
+def request_tier(key_tier: int, route_tier: int | None) -> int:
+    """The tier a request runs at: its key's, lowered to its route's where that is lower.
+
+    A route can only demote: a rule that puts summaries at batch must not lift a batch key's
+    chat above the standard keys' it would otherwise queue behind, nor a standard key's above
+    what it pays for; a priority key's summaries do drop to batch, as the operator asked.
+    """
+    return key_tier if route_tier is None else min(key_tier, route_tier)
 
 
 @dataclass(frozen=True, slots=True)

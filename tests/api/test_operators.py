@@ -209,12 +209,15 @@ def test_routing_rules_through_the_routing_table(operator, django_capture_on_com
     )
     assert unknown.status_code == 400 and error_of(unknown)["param"] == "model"
     url = f"{API}/routing-rules/{rule.id}"
+    assert created.json()["tier"] is None  # none: the key's tier
     changed = operator.client.patch(
-        url, {"weight": 0.5, "hardware_preference": ["h100"]}, format="json"
+        url, {"weight": 0.5, "hardware_preference": ["h100"], "tier": 0}, format="json"
     )
     assert changed.status_code == 200, changed.content
     rule.refresh_from_db()
-    assert (rule.weight, rule.hardware_preference) == (0.5, ["h100"])
+    assert (rule.weight, rule.hardware_preference, rule.tier) == (0.5, ["h100"], 0)
+    no_such_tier = operator.client.patch(url, {"tier": 7}, format="json")
+    assert no_such_tier.status_code == 400 and error_of(no_such_tier)["param"] == "tier"
     huge = operator.client.patch(url, b'{"weight": 1e999}', content_type="application/json")
     assert huge.status_code == 400 and error_of(huge)["param"] == "weight"
     with django_capture_on_commit_callbacks(execute=True):

@@ -15,6 +15,7 @@ from tests.browser.conftest import SCREENSHOTS, VIEWPORT, admin_page, staff_user
 from tests.stack import wait_for
 
 MODEL = "dmx-tiny"
+INTENT = "creative"
 # Long answers, so that a heartbeat (every 0.5 s in tests) finds requests running on the engine:
 # greedy decoding of the tiny model's random weights runs to max_tokens.
 MAX_TOKENS = 200
@@ -49,6 +50,17 @@ def node_cells(page: Page, node_name: str) -> dict[str, str]:
     )
 
 
+def intent_cells(page: Page, intent: str) -> list[str] | None:
+    """The intents table's row for `intent` as the page shows it now: its cells' text."""
+    return page.evaluate(
+        """(intent) => {
+            const row = document.querySelector(`#fleet-intents tr[data-intent="${intent}"]`);
+            return row ? [...row.children].map((cell) => cell.textContent) : null;
+        }""",
+        intent,
+    )
+
+
 def model_figures(page: Page) -> dict:
     """What the charts show for MODEL: requests in the window, and each chart's points."""
     return page.evaluate(
@@ -70,6 +82,8 @@ def test_the_dashboard_follows_traffic_live(platform, dashboard: Page, shoot):
         assert cells["model"].startswith(MODEL) and cells["status"] == "up"
         assert cells["heartbeat"].endswith("s ago") and cells["running"] == "0"  # idle
     before = model_figures(page)
+    # The prompt below is a story: the classifier's `creative` (0.94).
+    creative_before = int((intent_cells(page, INTENT) or ["", "0"])[1])
     shoot(page, "idle")
 
     client = openai.OpenAI(base_url=platform.api_url, api_key=platform.api_key, max_retries=0)
@@ -108,6 +122,20 @@ def test_the_dashboard_follows_traffic_live(platform, dashboard: Page, shoot):
             interval=0.25,
             what="the dashboard's charts to count the requests sent",
         )
+
+        # The intents table, refreshed with the charts: the stories, the share the classifier
+        # was unsure of and their P95s (streamed: both).
+        def stories_counted() -> list[str] | None:
+            row = intent_cells(page, INTENT)
+            return row if row and int(row[1]) >= creative_before + 2 else None
+
+        cells = wait_for(
+            stories_counted,
+            timeout=CHART_TIMEOUT,
+            interval=0.25,
+            what="the intents table to count the stories sent",
+        )
+        assert cells[2].endswith(" %") and cells[3].endswith(" ms") and cells[4].endswith(" ms")
         wait_for(running, timeout=CHART_TIMEOUT, interval=0.1, what=what)  # for the picture
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         page.screenshot(path=str(SCREENSHOTS / "fleet-dashboard.png"), full_page=True)

@@ -22,7 +22,7 @@ from django.test import Client
 from django.utils import timezone
 
 from apps.billing.models import UsageRecord
-from apps.billing.selectors import usage_minute_series
+from apps.billing.selectors import usage_by_intent, usage_minute_series
 from apps.console import consumers
 from apps.hardware import broadcast
 from apps.hardware.models import Node
@@ -124,6 +124,35 @@ def test_without_percentile_cont_the_figures_are_the_same(traffic, monkeypatch):
     assert in_python.e2e_p95_ms == pytest.approx(in_sql.e2e_p95_ms, nan_ok=True)
     assert in_python.ttft_p95_ms[-3] == pytest.approx(38.5)
     assert in_python.requests == in_sql.requests
+
+
+def test_each_intents_hour_with_its_low_confidence_share_and_percentiles(db, monkeypatch):
+    # Intents of the test's own: e2e tests' committed requests may be in the hour too.
+    busy, quiet = f"busy-{uuid.uuid4().hex[:6]}", f"quiet-{uuid.uuid4().hex[:6]}"
+    key, _ = make_api_key()
+    now = timezone.now()
+    for i, ms in enumerate((100.0, 200.0, 300.0, 400.0)):
+        record = _usage(key, "m", now - timedelta(minutes=5), duration_ms=ms, ttft=ms / 10)
+        UsageRecord.objects.filter(id=record.id).update(intent=busy, intent_low_confidence=i == 0)
+    failed = _usage(key, "m", now - timedelta(minutes=5), status="upstream_error", duration_ms=9)
+    old = _usage(key, "m", now - timedelta(minutes=61))  # before the hour
+    unsure = _usage(key, "m", now - timedelta(minutes=1), duration_ms=50.0)
+    UsageRecord.objects.filter(id__in=[failed.id, old.id]).update(intent=busy)
+    UsageRecord.objects.filter(id=unsure.id).update(intent=quiet, intent_low_confidence=True)
+
+    for laptop in (False, True):  # percentile_cont, then the laptop's path on the same rows
+        if laptop:
+            monkeypatch.setattr(connection, "vendor", "sqlite")
+        figures = {f.intent: f for f in usage_by_intent(now=now)}
+        assert (figures[busy].requests, figures[quiet].requests) == (5, 1)
+        assert figures[busy].low_confidence_share == pytest.approx(1 / 5)
+        assert figures[quiet].low_confidence_share == 1.0
+        # Over the good requests only: the failure's 9 ms is no latency.
+        assert figures[busy].e2e_p95_ms == pytest.approx(385.0)
+        assert figures[busy].ttft_p95_ms == pytest.approx(38.5)
+        assert figures[quiet].ttft_p95_ms is None and figures[quiet].e2e_p95_ms == 50.0
+        order = [f.intent for f in usage_by_intent(now=now) if f.intent in (busy, quiet)]
+        assert order == [busy, quiet]  # most requests first
 
 
 # --- the page --------------------------------------------------------------------------------

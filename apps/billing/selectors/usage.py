@@ -280,3 +280,65 @@ def _percentiles_in_python(ok: QuerySet[UsageRecord], rows: list[dict]) -> None:
         ttfts, durations = samples.get((row["model"], row["minute"]), ([], []))
         row["ttft_p95"] = percentile(ttfts, fraction=LATENCY_PERCENTILE)
         row["e2e_p95"] = percentile(durations, fraction=LATENCY_PERCENTILE)
+
+
+@dataclass(frozen=True)
+class IntentFigures:
+    """One intent's requests over the console's window (usage_by_intent)."""
+
+    intent: str
+    requests: int
+    # Of them, the share whose label was under DMX_INTENT_MIN_CONFIDENCE (an alias routed
+    # them by its default route), 0..1.
+    low_confidence_share: float
+    ttft_p95_ms: float | None
+    e2e_p95_ms: float | None
+
+
+def usage_by_intent(
+    *, now: datetime | None = None, minutes: int = USAGE_MINUTES
+) -> list[IntentFigures]:
+    """Each intent's requests over the last `minutes` minutes, most first: how many, the share
+    the classifier was unsure of, and the P95 time to first token and end-to-end latency of
+    those that ended ok. Requests without an intent (embeddings, refusals before it) are left
+    out."""
+    moment = now or timezone.now()
+    since = moment - timedelta(minutes=minutes)
+    records = UsageRecord.objects.filter(created_at__gte=since, created_at__lte=moment).exclude(
+        intent=""
+    )
+    ok = Q(status=UsageStatus.OK)
+    figures = {"requests": Count("id"), "low": Count("id", filter=Q(intent_low_confidence=True))}
+    postgresql = connections[records.db].vendor == "postgresql"
+    if postgresql:
+        figures["ttft_p95"] = Percentile(
+            "time_to_first_token_ms", fraction=LATENCY_PERCENTILE, filter=ok
+        )
+        figures["e2e_p95"] = Percentile("duration_ms", fraction=LATENCY_PERCENTILE, filter=ok)
+    rows = list(records.values("intent").annotate(**figures).order_by())
+    if not postgresql:
+        samples: defaultdict[str, tuple[list[float], list[float]]] = defaultdict(lambda: ([], []))
+        for intent, ttft, duration in records.filter(ok).values_list(
+            "intent", "time_to_first_token_ms", "duration_ms"
+        ):
+            ttfts, durations = samples[intent]
+            if ttft is not None:
+                ttfts.append(ttft)
+            durations.append(duration)
+        for row in rows:
+            ttfts, durations = samples.get(row["intent"], ([], []))
+            row["ttft_p95"] = percentile(ttfts, fraction=LATENCY_PERCENTILE)
+            row["e2e_p95"] = percentile(durations, fraction=LATENCY_PERCENTILE)
+    return sorted(
+        (
+            IntentFigures(
+                intent=row["intent"],
+                requests=row["requests"],
+                low_confidence_share=row["low"] / row["requests"],
+                ttft_p95_ms=row["ttft_p95"],
+                e2e_p95_ms=row["e2e_p95"],
+            )
+            for row in rows
+        ),
+        key=lambda figures: (-figures.requests, figures.intent),
+    )

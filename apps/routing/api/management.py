@@ -66,6 +66,7 @@ class RoutingRuleSerializer(serializers.ModelSerializer):
             "model",
             "weight",
             "hardware_preference",
+            "tier",
             "is_active",
             "updated_at",
         ]

@@ -6,6 +6,7 @@ from django.conf import settings
 from django.core.validators import MinValueValidator
 from django.db import models
 
+from apps.keys.choices import PriorityTier
 from apps.models.models import LlmModel, ModelVersion
 from apps.routing.choices import CanaryAction, DecisionOutcome, RecomputationStatus
 
@@ -15,7 +16,8 @@ class RoutingRule(models.Model):
 
     A request for the alias is resolved with the rules of its intent (or the alias's
     intent-free rules when there are none), choosing among their models in proportion to the
-    weights; the hardware preference then favours nodes of those profiles.
+    weights; the hardware preference then favours nodes of those profiles. A rule's tier, when
+    it has one, can only lower the priority tier of the requests it routes (table.Route.tier).
     """
 
     alias = models.SlugField(max_length=64)
@@ -26,6 +28,13 @@ class RoutingRule(models.Model):
         default=list,
         blank=True,
         help_text='Hardware profile names to prefer, e.g. ["nvidia-h100-sxm"].',
+    )
+    tier = models.PositiveSmallIntegerField(
+        choices=PriorityTier.choices,
+        null=True,
+        blank=True,
+        help_text="Empty: the key's tier. Else the requests this rule routes run at the lower of "
+        "this tier and their key's (e.g. summarization at Batch).",
     )
     is_active = models.BooleanField(default=True)
     updated_at = models.DateTimeField(auto_now=True)

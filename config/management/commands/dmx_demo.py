@@ -1,4 +1,5 @@
-"""Create the demo operator, tenant, key, model and node token; print new secrets as JSON."""
+"""Create the demo operator, tenant, key, models, routing table and node token; print new
+secrets as JSON."""
 
 import json
 from dataclasses import asdict
@@ -9,13 +10,18 @@ from config.demo import demo_setup
 
 
 class Command(BaseCommand):
-    help = __doc__
+    help = " ".join(__doc__.split())
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--model-name", default="dmx-tiny")
         parser.add_argument("--model-version", default="v1")
         parser.add_argument("--source", default="")
         parser.add_argument("--max-context-tokens", type=int, default=2048)
+        parser.add_argument(
+            "--code-model-name",
+            default="",
+            help="a second model of the same weights that the alias `auto` sends code to",
+        )
 
     def handle(self, *args, **options) -> None:
         credentials = demo_setup(
@@ -23,5 +29,6 @@ class Command(BaseCommand):
             version=options["model_version"],
             source=options["source"],
             max_context_tokens=options["max_context_tokens"],
+            code_model_name=options["code_model_name"],
         )
         self.stdout.write(json.dumps(asdict(credentials)))

@@ -1,6 +1,6 @@
 // The fleet dashboard: drawn from the state the page carries (#fleet-state), then kept live by
-// the messages of its WebSocket (apps/console/consumers.py): "fleet" (every node and the charts,
-// every few seconds) and "nodes" (the nodes whose heartbeats just came).
+// the messages of its WebSocket (apps/console/consumers.py): "fleet" (every node, the charts and
+// the intents table, every few seconds) and "nodes" (the nodes whose heartbeats just came).
 (() => {
   const root = document.getElementById("fleet-dashboard");
   const table = document.querySelector("#fleet-nodes tbody");
@@ -152,6 +152,30 @@
     }
   }
 
+  // Every intent's hour, in the order the server sends (most requests first).
+  function drawIntents(intents) {
+    const body = document.querySelector("#fleet-intents tbody");
+    const ms = (value) => (value === null ? "–" : `${Math.round(value)} ms`);
+    body.replaceChildren(...intents.map((figures) => {
+      const tr = document.createElement("tr");
+      tr.dataset.intent = figures.intent;
+      const cells = [
+        figures.intent,
+        String(figures.requests),
+        `${(figures.low_confidence_share * 100).toFixed(1)} %`,
+        ms(figures.ttft_p95_ms),
+        ms(figures.e2e_p95_ms),
+      ];
+      for (const text of cells) {
+        const td = document.createElement("td");
+        td.textContent = text;
+        tr.appendChild(td);
+      }
+      return tr;
+    }));
+    document.getElementById("fleet-no-intents").hidden = intents.length > 0;
+  }
+
   function apply(message) {
     clockOffset = message.now - Date.now() / 1000;
     if (message.type === "fleet") {
@@ -166,6 +190,7 @@
       message.nodes.forEach(merge);
       document.getElementById("fleet-no-nodes").hidden = message.nodes.length > 0;
       drawCharts(message.minutes, message.models);
+      drawIntents(message.intents);
     } else if (message.type === "nodes") {
       message.nodes.forEach(merge);
     }
