@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from typing import Any
 
 from django.conf import settings
@@ -27,7 +28,10 @@ from apps.gateway.settlement import background_answer, response_record
 from apps.gateway.state import CompletionState, reached
 from apps.gateway.stored import ResponseStore
 from dmxplatform.errors import ApplicationError
+from dmxplatform.resp import RedisUnavailable, RespError
 from dmxplatform.responses import Headers, dumps
+
+logger = logging.getLogger(__name__)
 
 
 class BackgroundReply:
@@ -45,15 +49,8 @@ class BackgroundReply:
         self.finished = False
 
     async def body(self, body: bytes, *, more: bool) -> None:
-        if not self.started:
-            self.started = True
-            self._record.response = {
-                **self._record.response,
-                "status": ResponseStatus.IN_PROGRESS.value,
-            }
-            await self._store.keep(self._record)
-        events = [event + b"\n\n" for event in body.split(b"\n\n") if event]
-        if await self._store.append(self._record, events, end=not more):
+        self.started = True
+        if await self._store.append(self._record, _events(body), end=not more):
             self._cancelled.set()
         self.finished = not more
         await self._to_client(body, more=more)
@@ -63,22 +60,26 @@ class BackgroundReply:
 
     async def error(self, error: ApplicationError, *, event: bytes = b"") -> None:
         """The run failed: its error events (when it had started) end its stream."""
-        await self._store.append(self._record, [event] if event else [], end=True)
+        await self._store.append(self._record, _events(event), end=True)
         self.finished = True
         if self._client is not None and not self._client.started:
             await self._client.error(error)
         else:
             await self._to_client(event, more=False)
 
-    async def finish(self, kept: ResponseRecord | None) -> None:
-        """The run is over: its record as it ended replaces the in-progress one (the answer's
-        own path kept a completed one already), and its stream ends if nothing ended it."""
-        if kept is not None:
-            await self._store.keep(kept)
-        if not self.finished:
-            self.finished = True
-            await self._store.append(self._record, [], end=True)
-            await self._to_client(b"", more=False)
+    async def finish(self, kept: ResponseRecord | None, payload: bytes | None) -> None:
+        """The run is over: its record as it ended replaces the in-progress copy, and its
+        stream ends if nothing ended it. The record is durable already (the settle call's):
+        should Redis fail here, readers get it from the database once drained."""
+        try:
+            if kept is not None:
+                await self._store.keep(kept, payload)
+            if not self.finished:
+                self.finished = True
+                await self._store.append(self._record, [], end=True)
+        except (RedisUnavailable, RespError) as exc:
+            logger.warning("background response %s: its end not in Redis: %r", self._record.id, exc)
+        await self._to_client(b"", more=False)
 
     async def receive(self) -> dict[str, Any]:
         """The pipeline watches its client for leaving: this one leaves when the run is
@@ -94,7 +95,7 @@ class BackgroundReply:
     async def _to_client(self, body: bytes, *, more: bool) -> None:
         """Tell the client that streams the run what happens, while it stays: its leaving does
         not stop the run."""
-        if self._client is None:
+        if self._client is None or self._client.finished:
             return
         try:
             await self._client.body(body, more=more)
@@ -102,15 +103,24 @@ class BackgroundReply:
             self._client = None
 
 
+def _events(body: bytes) -> list[bytes]:
+    """A piece of the event stream as its events, one stream entry each: a reader resuming
+    after a sequence number counts them (ResponseStore.events)."""
+    return [event + b"\n\n" for event in body.split(b"\n\n") if event]
+
+
 async def detach(state: CompletionState, runtime: GatewayRuntime) -> BackgroundReply:
-    """Answer a background request now (`queued`; a streaming client gets the events as they
-    come) and turn its pipeline's client into the run's Redis stream and cancel flag."""
+    """Answer an admitted background request now (`queued`; a streaming client gets the events
+    as they come), mark it in progress, and turn its pipeline's client into the run's Redis
+    stream and cancel flag."""
     request = reached(state.request, "parse")
-    record = response_record(state, snapshot(background_answer(state), "queued"))
+    answer = background_answer(state)
+    record = response_record(state, snapshot(answer, ResponseStatus.IN_PROGRESS.value))
     await runtime.responses.keep(record)
+    state.detached = True
     streamed = request.stream
     if not streamed:
-        await state.reply.json(200, dumps(record.response))
+        await state.reply.json(200, dumps(snapshot(answer, ResponseStatus.QUEUED.value)))
         # The run streams, so that polls see its progress and a client may stream it later.
         request.stream = request.include_usage = True
         request.payload.update(stream=True, stream_options={"include_usage": True})

@@ -8,6 +8,7 @@ hot path needs neither the hop nor the blindness.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from typing import Any
 from urllib.parse import parse_qs
@@ -19,7 +20,7 @@ from django.conf import settings
 from apps.gateway.dialects import dialect_for
 from apps.gateway.direct import stream
 from apps.gateway.errors import GatewayErrorCode
-from apps.gateway.pipeline import complete, count_tokens
+from apps.gateway.pipeline import MAX_BODY_BYTES, complete, count_tokens
 from apps.gateway.reply import ClientReply
 from apps.gateway.runtime import get_runtime, shutdown_runtime
 from apps.gateway.schemas import Endpoint
@@ -28,16 +29,22 @@ from apps.gateway.stored import input_item_page, not_found, query_int
 from apps.keys.errors import KeysErrorCode
 from apps.models.catalog import ModelEntry
 from apps.models.errors import ModelsErrorCode
+from dmxplatform.clients import client_address
 from dmxplatform.errors import (
     ApplicationError,
     InvalidRequestError,
     NotFoundError,
+    PermissionDeniedError,
     RateLimitError,
+    RequestTooLargeError,
+    ServiceUnavailableError,
 )
+from dmxplatform.resp import RedisUnavailable, RespError
 from dmxplatform.responses import (
     dumps,
     header,
     method_not_allowed,
+    read_body,
     send_error,
     send_json,
 )
@@ -96,21 +103,26 @@ class StoredResponseEndpoint:
             return
         try:
             runtime = await get_runtime()
-            key = await runtime.gate.key(header(scope, b"authorization"))
+            # As /v1 authenticates: the key's allowed networks, and a signing key's signature.
+            key, _ = await runtime.gate.authenticate(
+                scope,
+                await read_body(receive, MAX_QUERY_BODY_BYTES),
+                address=client_address(scope, runtime.trusted_proxies),
+            )
             response_id = scope["url_route"]["kwargs"]["response_id"]
             query = _query(scope)
             record = await runtime.responses.get(response_id, key.tenant_id)
             if record is None:
                 raise not_found(response_id)
             if scope["method"] == "DELETE":
-                await runtime.responses.delete(response_id, key.tenant_id)
+                await runtime.responses.delete(record)
                 body = {"id": response_id, "object": "response", "deleted": True}
             elif self.action == "input_items":
                 body = input_item_page(record, query)
             elif self.action == "cancel":
                 body = await runtime.responses.cancel(record)
             elif _flag(query, "stream"):
-                await _stream_events(runtime.responses, record, query, send, headers)
+                await _stream_events(runtime.responses, record, query, receive, send, headers)
                 return
             else:
                 body = record.response
@@ -119,16 +131,23 @@ class StoredResponseEndpoint:
             await send_error(send, error, headers)
 
 
+# These calls carry no body worth the name (a signed call signs an empty one).
+MAX_QUERY_BODY_BYTES = 64 * 1024
+
+
 def _query(scope: dict[str, Any]) -> dict[str, str]:
-    return {name: values[-1] for name, values in parse_qs(scope["query_string"].decode()).items()}
+    # Bytes that are no UTF-8 cannot be a valid value: replaced, they fail its check.
+    text = scope["query_string"].decode(errors="replace")
+    return {name: values[-1] for name, values in parse_qs(text).items()}
 
 
 def _flag(query: dict[str, str], name: str) -> bool:
     return query.get(name, "").lower() in ("true", "1")
 
 
-async def _stream_events(store, record, query, send, headers) -> None:
-    """A background run's events after `starting_after`, as server-sent events, to its end."""
+async def _stream_events(store, record, query, receive, send, headers) -> None:
+    """A background run's events after `starting_after`, as server-sent events, to its end or
+    until the client leaves."""
     if not record.background:
         raise InvalidRequestError(
             "Only responses created with 'background': true can be streamed.",
@@ -137,10 +156,40 @@ async def _stream_events(store, record, query, send, headers) -> None:
         )
     after = query_int(query, "starting_after", -1)
     reply = ClientReply(send, headers, lambda error: error.to_json())
-    poll = settings.DMX_BACKGROUND_CANCEL_POLL_SECONDS
-    async for event in store.events(record, after=after, poll=poll):
-        await reply.body(event, more=True)
+
+    async def relay() -> None:
+        poll = settings.DMX_BACKGROUND_CANCEL_POLL_SECONDS
+        async for event in store.events(record, after=after, poll=poll):
+            await reply.body(event, more=True)
+
+    relaying = asyncio.ensure_future(relay())
+    leaving = asyncio.ensure_future(_disconnected(receive))
+    try:
+        await asyncio.wait((relaying, leaving), return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in (relaying, leaving):
+            task.cancel()
+    if leaving.done() and not leaving.cancelled():
+        return  # the client left: nothing more to send
+    try:
+        relaying.result()
+    except ApplicationError as error:
+        if not reply.started:
+            raise
+        logger.warning("stream of %s ended by %r", record.id, error)
+    except (RedisUnavailable, RespError) as exc:
+        if not reply.started:
+            raise ServiceUnavailableError(
+                "The response's events cannot be read now. Please retry shortly.",
+                code=GatewayErrorCode.STATE_UNAVAILABLE,
+            ) from exc
+        logger.warning("stream of %s ended by %r", record.id, exc)
     await reply.body(b"", more=False)
+
+
+async def _disconnected(receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 def _api_key_as_bearer(scope: dict[str, Any]) -> dict[str, Any]:
@@ -295,7 +344,16 @@ class ResponsesSocket(AsyncJsonWebsocketConsumer):
         ]
         try:
             runtime = await get_runtime()
-            await runtime.gate.key(header(self.scope, b"authorization"))
+            key, _ = await runtime.gate.authenticate(
+                self.scope, b"", address=client_address(self.scope, runtime.trusted_proxies)
+            )
+            if key.signing_secret_encrypted:
+                # Each response would need its own signature, which a socket's events lack.
+                raise PermissionDeniedError(
+                    "A signing key cannot open a socket: its requests must each be signed; "
+                    "use POST /v1/responses.",
+                    code=KeysErrorCode.SIGNATURE_REQUIRED,
+                )
         except ApplicationError as error:
             await self._error(error)
             await self.close(code=WS_POLICY_VIOLATION)
@@ -305,8 +363,16 @@ class ResponsesSocket(AsyncJsonWebsocketConsumer):
         for task in list(getattr(self, "running", ())):
             task.cancel()
 
-    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
+        """Every frame gets an answer: one that is no JSON object of text (binary, empty,
+        malformed, over the API's body limit) an error event, the socket kept."""
+        content: Any = None
+        if text_data and len(text_data) <= MAX_BODY_BYTES:
+            with contextlib.suppress(orjson.JSONDecodeError):
+                content = orjson.loads(text_data)
         try:
+            if text_data and len(text_data) > MAX_BODY_BYTES:
+                raise RequestTooLargeError(f"An event may hold at most {MAX_BODY_BYTES} bytes.")
             body, lane = _socket_request(content)
             if len(self.running) >= SOCKET_MAX_RUNNING:
                 raise RateLimitError(
@@ -322,23 +388,21 @@ class ResponsesSocket(AsyncJsonWebsocketConsumer):
         self.running.add(task)
         task.add_done_callback(self.running.discard)
 
-    async def decode_json(self, text_data: str) -> Any:
-        try:
-            return await super().decode_json(text_data)
-        except ValueError:
-            return None  # answered by receive_json as a malformed event
-
     async def _respond(self, body: dict[str, Any], lane: str | None) -> None:
         tag = {"stream_id": lane} if lane is not None else {}
-        async for reply, event in stream(
-            Endpoint.RESPONSES, body, caller=self.scope, headers=self.credentials
-        ):
-            if reply.status != 200:
-                await self.send_json({"type": "error", "status": reply.status,
-                                      "error": reply.error, **tag})  # fmt: skip
-                return
-            if event is not None:
-                await self.send_json({**event, **tag})
+        try:
+            async for reply, event in stream(
+                Endpoint.RESPONSES, body, caller=self.scope, headers=self.credentials
+            ):
+                if reply.status != 200:
+                    await self.send_json({"type": "error", "status": reply.status,
+                                          "error": reply.error, **tag})  # fmt: skip
+                    return
+                if event is not None:
+                    await self.send_json({**event, **tag})
+        except Exception:  # the pipeline answers every request; this is a bug, reported
+            logger.exception("a socket's response failed")
+            await self._error(ApplicationError("The server had an error."), lane)
 
     async def _error(self, error: ApplicationError, lane: Any = None) -> None:
         event = {

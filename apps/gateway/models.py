@@ -69,7 +69,7 @@ class StoredResponse(models.Model):
 
     Written from a durable stream (apps.gateway.stored) a second or two after the answer; the
     gateway reads its Redis copy until then. Deleted when its tenant is, and after
-    DMX_RESPONSES_RETENTION_DAYS."""
+    DMX_RESPONSES_RETENTION_DAYS; emptied when the tenant deletes it (`deleted_at`)."""
 
     id = models.CharField(primary_key=True, max_length=64)
     tenant = models.ForeignKey("keys.Tenant", on_delete=models.CASCADE, related_name="+")
@@ -85,6 +85,9 @@ class StoredResponse(models.Model):
     input_items = models.JSONField(default=list)
     # The stored JSON's size: what a tenant's stored responses take, in its usage views.
     size_bytes = models.PositiveIntegerField(default=0)
+    # Deleted by its tenant: the row stays, emptied, until it expires, so that the record's
+    # entry, should it still wait in the stream, finds the id taken and is not inserted.
+    deleted_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at"]

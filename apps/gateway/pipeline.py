@@ -69,7 +69,7 @@ async def complete(state: CompletionState) -> None:
     ends, Lease) and the node routing gave it (reported as Dispatch.connect's block ends, in
     forward). What is left here is answering the client with the error that ended it.
 
-    A background response (apps.gateway.background) is answered once prepared, and its run
+    A background response (apps.gateway.background) is answered once admitted, and its run
     goes on here, its client the run's Redis stream."""
     background: BackgroundReply | None = None
     try:
@@ -87,9 +87,9 @@ async def complete(state: CompletionState) -> None:
         )
         async with lease:
             await prepare_off_loop(state, runtime, body)
+            await admit(state, runtime)
             if state.background:
                 background = await detach(state, runtime)
-            await admit(state, runtime)
             await forward(state, runtime)
     except BaseException as ended_by:
         error = state.end(ended_by)
@@ -101,7 +101,7 @@ async def complete(state: CompletionState) -> None:
             raise
     finally:
         if background is not None:
-            await asyncio.shield(background.finish(state.kept))
+            await asyncio.shield(background.finish(state.kept, state.kept_payload))
         elif not state.reply.finished and state.outcome is not UsageStatus.CLIENT_DISCONNECTED:
             _unanswered(state)
         state.trace.end(state)
@@ -181,21 +181,21 @@ async def prepare_off_loop(
     """Parse the body and prepare() the request, both in the runtime's worker thread when the
     body is large; a turn that continues a stored response gets its conversation between the
     two. `overrides`: fields set over the body's (token counting's)."""
-    large = len(body) > settings.DMX_LARGE_BODY_BYTES
-    data = await _cpu(state, runtime, large, functools.partial(parse_json, body))
+    size = len(body)
+    data = await _cpu(state, runtime, size, functools.partial(parse_json, body))
     if overrides:
         data.update(overrides)
     if state.endpoint is Endpoint.RESPONSES and data.get("previous_response_id") is not None:
-        await _continue(state, runtime, data)
-    await _cpu(state, runtime, large, functools.partial(prepare, state, runtime, data))
+        size += await _continue(state, runtime, data)
+    await _cpu(state, runtime, size, functools.partial(prepare, state, runtime, data))
 
 
 async def _cpu(
-    state: CompletionState, runtime: GatewayRuntime, large: bool, work: Callable[[], T]
+    state: CompletionState, runtime: GatewayRuntime, size: int, work: Callable[[], T]
 ) -> T:
-    """Run CPU work in proportion to the body: in the runtime's worker thread when it is large,
-    so that a prompt of megabytes does not hold the event loop."""
-    if not large:
+    """Run CPU work in proportion to a prompt of `size` bytes: in the runtime's worker thread
+    when it is large, so that a prompt of megabytes does not hold the event loop."""
+    if size <= settings.DMX_LARGE_BODY_BYTES:
         return work()
     try:
         async with asyncio.timeout(state.time_left()):
@@ -204,17 +204,19 @@ async def _cpu(
         raise state.timed_out() from None
 
 
-async def _continue(state: CompletionState, runtime: GatewayRuntime, data: dict[str, Any]) -> None:
+async def _continue(state: CompletionState, runtime: GatewayRuntime, data: dict[str, Any]) -> int:
     """previous_response_id: the stored conversation (every item in and out) goes before the
     request's input, to be screened, counted, routed (its cached prefix draws the request to
-    the node that has it) and billed as any prompt."""
+    the node that has it) and billed as any prompt. Returns its stored size: a short body may
+    continue a conversation of megabytes, which is prepared off the loop as a large body is."""
     tenant = reached(state.key, "auth").tenant_id
-    record = await runtime.responses.history(data["previous_response_id"], tenant)
+    record, size = await runtime.responses.history(data["previous_response_id"], tenant)
     given = data.get("input")
     if isinstance(given, str):
         given = [{"type": "message", "role": "user", "content": given}]
     if isinstance(given, list):  # anything else is the dialect's to refuse
         data["input"] = [*record.history(), *given]
+    return size
 
 
 def prepare(state: CompletionState, runtime: GatewayRuntime, data: dict[str, Any]) -> None:

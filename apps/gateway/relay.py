@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Coroutine
 from typing import Any
 
@@ -18,14 +19,17 @@ from apps.gateway.prompts import affinity_key
 from apps.gateway.reply import ClientLeft
 from apps.gateway.runtime import GatewayRuntime
 from apps.gateway.schemas import Endpoint
-from apps.gateway.settlement import response_record
+from apps.gateway.settlement import keep, response_record
 from apps.gateway.state import CompletionState, reached
 from apps.gateway.upstream import sender, stream_error, stream_failed, upstream_error
 from apps.gateway.upstream_http import UpstreamConnectionError, UpstreamResponse
 from apps.keys.gate import UsageStatus
 from apps.routing.dispatcher import NodeFailed, RouteRequest
 from dmxplatform.errors import ApplicationError, UpstreamError
+from dmxplatform.resp import RedisUnavailable, RespError
 from dmxplatform.stages import Stage
+
+logger = logging.getLogger(__name__)
 
 
 async def forward(state: CompletionState, runtime: GatewayRuntime) -> None:
@@ -117,10 +121,17 @@ async def _settle(
     its response where it is to be stored (its record rides in the settle call; its Redis copy
     is written before the client can ask for it)."""
     if response is not None and state.stores:
-        state.kept = response_record(state, response)
+        keep(state, response_record(state, response))
     await reached(state.lease, "limits").submit()
     if state.kept is not None:
-        await runtime.responses.keep(state.kept)
+        try:
+            await runtime.responses.keep(state.kept, state.kept_payload)
+        except (RedisUnavailable, RespError) as exc:
+            # Settled, billed, and durable in the settle call's stream: the answer goes out,
+            # and the response is read from the database once the drain has stored it.
+            logger.warning(
+                "request %s: no Redis copy of its stored response: %r", state.request_id, exc
+            )
 
 
 async def _while_the_client_waits(

@@ -17,13 +17,12 @@ RESPONSES_STREAM = DurableStream(("responses", "stream"), title="Stored response
 
 
 def hot_key(tenant_id: int, response_id: str, *suffix: str) -> str:
-    """The Redis key of a tenant's response's copy (or of its run's `events` or `cancel`
-    flag): the tenant's id in it, so that no other tenant's request can name it."""
+    """The Redis key of a tenant's response's copy (or of its `deleted` marker, its run's
+    `events` or `cancel` flag): the tenant's id in it, so that no other tenant's request can
+    name it."""
     return tenant_rkey(tenant_id, "resp", tenant_id, response_id, *suffix)
 
 
-# The copy's value once the response is deleted.
-TOMBSTONE = b"-"
 # A run still queued or in progress this long after the request timeout died with its process.
 ABANDONED_MARGIN_SECONDS = 60.0
 ENDED = frozenset(

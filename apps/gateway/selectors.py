@@ -29,26 +29,32 @@ def content_filter_load(*, version: int = 0) -> ContentFilter:
     )
 
 
-def stored_response_get(*, response_id: str, tenant_id: int) -> ResponseRecord | None:
-    """The tenant's stored response of that id, if it has one and it has not expired."""
+def _stored_responses(tenant_id: int):
+    """The tenant's stored responses: neither expired nor deleted."""
+    return StoredResponse.objects.filter(
+        tenant_id=tenant_id, expires_at__gt=timezone.now(), deleted_at__isnull=True
+    )
+
+
+def stored_response_get(*, response_id: str, tenant_id: int) -> tuple[ResponseRecord, int] | None:
+    """The tenant's stored response of that id, and its size, if it has one."""
     row = (
-        StoredResponse.objects.filter(
-            id=response_id, tenant_id=tenant_id, expires_at__gt=timezone.now()
-        )
-        .values_list("api_key_id", "created_at", "response", "input_items")
+        _stored_responses(tenant_id)
+        .filter(id=response_id)
+        .values_list("api_key_id", "created_at", "response", "input_items", "size_bytes")
         .first()
     )
     if row is None:
         return None
-    api_key_id, created_at, response, items = row
-    return ResponseRecord(tenant_id, api_key_id or 0, created_at.timestamp(), response, items)
+    api_key_id, created_at, response, items, size = row
+    return ResponseRecord(tenant_id, api_key_id or 0, created_at.timestamp(), response, items), size
 
 
 def stored_responses_usage(*, tenant_id: int) -> StoredResponsesUsage:
     """What a tenant's stored responses take: how many, how many bytes, the oldest's expiry."""
-    totals = StoredResponse.objects.filter(
-        tenant_id=tenant_id, expires_at__gt=timezone.now()
-    ).aggregate(count=Count("id"), size=Sum("size_bytes"), next_expiry=Min("expires_at"))
+    totals = _stored_responses(tenant_id).aggregate(
+        count=Count("id"), size=Sum("size_bytes"), next_expiry=Min("expires_at")
+    )
     return StoredResponsesUsage(
         count=totals["count"], size_bytes=totals["size"] or 0, next_expiry=totals["next_expiry"]
     )

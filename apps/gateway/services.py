@@ -17,13 +17,12 @@ from django.utils import timezone
 from apps.gateway.choices import SensitiveTermAction
 from apps.gateway.content_filter import DEFAULT_CATEGORY
 from apps.gateway.models import SensitiveTerm, StoredResponse
-from apps.gateway.response_records import RESPONSES_STREAM, TOMBSTONE, ResponseRecord, hot_key
+from apps.gateway.response_records import RESPONSES_STREAM, ResponseRecord
 from apps.gateway.terms_csv import RowError, TermRow, read_terms
 from apps.keys.models import Tenant
 from dmxplatform import streams
 from dmxplatform.audit.entries import audit_created, audited_update
 from dmxplatform.records import storable_text
-from dmxplatform.redis_client import request_redis
 from dmxplatform.versioned import VersionCounter
 
 # Gateways rebuild their content filter when this moves (GatewayRuntime.refresh).
@@ -153,39 +152,33 @@ def sensitive_terms_import_csv(*, data: bytes) -> TermsImported:
 
 
 def _stored_response_rows(pairs: list[tuple[bytes, bytes]]) -> dict[bytes, str]:
-    """Store a drained batch of response records (dmxplatform.streams.Store); a record deleted
-    while it waited in the stream (its Redis copy a tombstone) is dropped."""
-    records, unreadable = [], {}
+    """Store a drained batch of response records (dmxplatform.streams.Store). An id taken
+    already is left as it is: the record stored before (an entry read twice), or one its tenant
+    deleted while the entry waited (stored_response_delete)."""
+    rows, unreadable = [], {}
+    retention = timedelta(days=settings.DMX_RESPONSES_RETENTION_DAYS)
     for entry_id, payload in pairs:
         try:
-            records.append((ResponseRecord.decode(payload), len(payload)))
+            record = ResponseRecord.decode(payload)
+            created_at = datetime.fromtimestamp(record.created_at, tz=UTC)
+            rows.append(
+                StoredResponse(
+                    id=record.id,
+                    tenant_id=record.tenant_id,
+                    api_key_id=record.api_key_id or None,
+                    created_at=created_at,
+                    expires_at=created_at + retention,
+                    status=record.status,
+                    model=storable_text(str(record.response.get("model") or ""), 128),
+                    background=record.background,
+                    previous_response_id=record.response.get("previous_response_id") or "",
+                    response=record.response,
+                    input_items=record.input_items,
+                    size_bytes=len(payload),
+                )
+            )
         except (TypeError, ValueError, KeyError) as exc:
             unreadable[entry_id] = f"unreadable stored response: {exc}"
-    if not records:
-        return unreadable
-    copies = request_redis().mget([hot_key(record.tenant_id, record.id) for record, _ in records])
-    retention = timedelta(days=settings.DMX_RESPONSES_RETENTION_DAYS)
-    rows = []
-    for (record, size), copy in zip(records, copies, strict=True):
-        if copy == TOMBSTONE:
-            continue
-        created_at = datetime.fromtimestamp(record.created_at, tz=UTC)
-        rows.append(
-            StoredResponse(
-                id=record.id,
-                tenant_id=record.tenant_id,
-                api_key_id=record.api_key_id or None,
-                created_at=created_at,
-                expires_at=created_at + retention,
-                status=record.status,
-                model=storable_text(str(record.response.get("model") or ""), 128),
-                background=record.background,
-                previous_response_id=record.response.get("previous_response_id") or "",
-                response=record.response,
-                input_items=record.input_items,
-                size_bytes=size,
-            )
-        )
     # A tenant deleted meanwhile takes its responses with it: the rows would have no owner.
     live = set(
         Tenant.objects.filter(id__in={row.tenant_id for row in rows}).values_list("id", flat=True)
@@ -201,8 +194,27 @@ def stored_responses_flush(*, shard: int | None = None) -> int:
     return streams.flush(RESPONSES_STREAM, _stored_response_rows, shard=shard)
 
 
-def stored_response_delete(*, response_id: str, tenant_id: int) -> int:
-    return StoredResponse.objects.filter(id=response_id, tenant_id=tenant_id).delete()[0]
+def stored_response_delete(*, record: ResponseRecord) -> None:
+    """Empty a stored response's row and mark it deleted, inserting the marked row where the
+    drain has not stored it yet, so that it never does (_stored_response_rows)."""
+    created_at = datetime.fromtimestamp(record.created_at, tz=UTC)
+    marker = StoredResponse(
+        id=record.id,
+        tenant_id=record.tenant_id,
+        api_key_id=record.api_key_id or None,
+        created_at=created_at,
+        expires_at=created_at + timedelta(days=settings.DMX_RESPONSES_RETENTION_DAYS),
+        status=record.status,
+        response={},
+        input_items=[],
+        deleted_at=timezone.now(),
+    )
+    StoredResponse.objects.bulk_create(
+        [marker],
+        update_conflicts=True,
+        unique_fields=["id"],
+        update_fields=["response", "input_items", "size_bytes", "deleted_at"],
+    )
 
 
 def stored_responses_purge(*, now: datetime | None = None) -> int:

@@ -52,11 +52,10 @@ def usage_record(
         if event.cost_micros:
             _SPEND(event.model, key.plan).inc(event.cost_micros / 1_000_000)
     entries: tuple[Entry, ...] = ()
-    if state.background and state.kept is None:
-        state.kept = _unfinished_record(state)
-    if state.kept is not None:
-        stream = RESPONSES_STREAM.of_tenant(event.tenant_id).key()
-        entries += ((stream, state.kept.encode()),)
+    if state.detached and state.kept is None:
+        keep(state, _unfinished_record(state))
+    if state.kept_payload is not None:
+        entries += ((RESPONSES_STREAM.of_tenant(event.tenant_id).key(), state.kept_payload),)
     if state.dispatch is None:
         return event, entries
     decision = state.dispatch.decision_entry(
@@ -68,6 +67,11 @@ def usage_record(
         intent_low_confidence=state.intent_low_confidence,
     )
     return event, (*entries, decision) if decision else entries
+
+
+def keep(state: CompletionState, record: ResponseRecord) -> None:
+    """The response to store as the request ends: its record goes in the settle call."""
+    state.kept, state.kept_payload = record, record.encode()
 
 
 def response_record(state: CompletionState, response: dict[str, Any]) -> ResponseRecord:

@@ -123,8 +123,12 @@ class CompletionState:
         self.writer: StreamWriter | None = None
         self.usage: dict[str, Any] | None = None
         self.first_token_at: float | None = None
-        # A stored response's record (apps.gateway.stored), once its answer is whole.
+        # A stored response's record (apps.gateway.stored), once its answer is whole, and its
+        # encoding (made once: the settle call and the Redis copy both carry it).
         self.kept: ResponseRecord | None = None
+        self.kept_payload: bytes | None = None
+        # A background response answered `queued` and running on (apps.gateway.background).
+        self.detached = False
         # How it ended (end()): the outcome an answer decides (a filtered or refused stream)
         # is set as it happens; an error that ended it is answered to the client.
         self.outcome = UsageStatus.OK

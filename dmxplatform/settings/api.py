@@ -53,5 +53,7 @@ SPECTACULAR_SETTINGS = {
         "BudgetPeriodEnum": "apps.billing.choices.BudgetPeriod",
         "BillingModeEnum": "apps.billing.choices.BillingMode",
         "MovementKindEnum": "apps.billing.choices.MovementKind",
+        # A key's priority and a routing rule's tier are the same tiers.
+        "PriorityTierEnum": "apps.keys.choices.PriorityTier",
     },
 }

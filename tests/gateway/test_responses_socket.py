@@ -85,11 +85,36 @@ def test_bad_events_are_error_events_and_the_socket_stays(platform):
         assert json.loads(ws.recv(timeout=30))["type"] == "response.created"
 
 
-def test_a_socket_without_a_valid_key_gets_an_error_and_is_closed(platform):
+def test_frames_that_are_no_json_object_of_text_are_answered_too(platform):
     url = platform.api_url.replace("http://", "ws://") + "/responses"
-    with connect(url, additional_headers={"Authorization": "Bearer dmx-nope"}) as ws:
+    with connect(url, additional_headers={"Authorization": f"Bearer {platform.api_key}"}) as ws:
+        for frame in (b"\x00\x01", "", "[1, 2]"):
+            ws.send(frame)
+            error = json.loads(ws.recv(timeout=30))
+            assert (error["type"], error["status"]) == ("error", 400), frame
+        ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": "Hi",
+                            "max_output_tokens": 2}))  # fmt: skip
+        assert json.loads(ws.recv(timeout=30))["type"] == "response.created"
+
+
+@pytest.mark.parametrize("kind", ["bad key", "signing key", "fenced key"])
+def test_a_socket_without_a_key_it_may_use_gets_an_error_and_is_closed(platform, committed, kind):
+    from apps.keys.services import api_key_signing_enable
+    from tests.keys.factories import make_api_key
+
+    if kind == "bad key":
+        secret, status = "dmx-nope", 401
+    elif kind == "signing key":
+        key, secret = make_api_key(name="signs")
+        api_key_signing_enable(key=key)
+        status = 401  # signature_required: a socket's events carry no signatures
+    else:
+        _, secret = make_api_key(name="fenced", allowed_networks=["10.9.8.0/24"])
+        status = 403
+    url = platform.api_url.replace("http://", "ws://") + "/responses"
+    with connect(url, additional_headers={"Authorization": f"Bearer {secret}"}) as ws:
         error = json.loads(ws.recv(timeout=30))
-        assert (error["type"], error["status"]) == ("error", 401)
+        assert (error["type"], error["status"]) == ("error", status)
         with pytest.raises(Exception, match="1008"):
             ws.recv(timeout=30)
 

@@ -11,14 +11,13 @@ import pytest
 from django.utils import timezone
 
 from apps.gateway.models import StoredResponse
-from apps.gateway.response_records import (
-    RESPONSES_STREAM,
-    TOMBSTONE,
-    ResponseRecord,
-    hot_key,
-    input_items,
+from apps.gateway.response_records import RESPONSES_STREAM, ResponseRecord, input_items
+from apps.gateway.selectors import stored_response_get, stored_responses_usage
+from apps.gateway.services import (
+    stored_response_delete,
+    stored_responses_flush,
+    stored_responses_purge,
 )
-from apps.gateway.services import stored_responses_flush, stored_responses_purge
 from apps.gateway.stored import ResponseStore, input_item_page
 from dmxplatform import streams
 from dmxplatform.errors import InvalidRequestError
@@ -88,20 +87,47 @@ def test_a_run_left_unfinished_reads_failed_once_no_process_could_run_it(setting
 
 @pytest.mark.django_db
 @pytest.mark.usefixtures("private_redis")
-def test_the_drain_stores_each_record_once_and_not_a_deleted_one():
+def test_the_drain_stores_each_record_once_and_never_one_deleted_before_it():
     tenant = make_tenant()
     kept, deleted = record("resp_kept", tenant.id), record("resp_deleted", tenant.id)
     gone_tenant = record("resp_orphan", 10**9)  # its tenant was deleted meanwhile
+    stored_response_delete(record=deleted)  # deleted while its entry waited in the stream
     client = sync_redis()
-    client.set(hot_key(tenant.id, deleted.id), TOMBSTONE)
     for entry in (kept, kept, deleted, gone_tenant):  # redelivered: stored once
         stream = RESPONSES_STREAM.of_tenant(entry.tenant_id).key()
         client.xadd(stream, {streams.FIELD: entry.encode()})
     assert stored_responses_flush() == 4
-    row = StoredResponse.objects.get()
+    row = StoredResponse.objects.get(deleted_at__isnull=True)
     assert row.id == "resp_kept" and row.tenant_id == tenant.id and row.size_bytes > 0
     assert row.input_items == kept.input_items and row.status == "completed"
     assert row.expires_at - row.created_at == timedelta(days=30)
+    marker = StoredResponse.objects.get(id="resp_deleted")
+    assert (marker.response, marker.input_items, marker.size_bytes) == ({}, [], 0)
+    assert stored_response_get(response_id="resp_deleted", tenant_id=tenant.id) is None
+    read, size = stored_response_get(response_id="resp_kept", tenant_id=tenant.id)
+    assert (read.response, read.input_items, size) == (
+        kept.response,
+        kept.input_items,
+        len(kept.encode()),
+    )
+    assert read.created_at == pytest.approx(kept.created_at, abs=1e-6)
+
+
+@pytest.mark.django_db
+def test_deleting_a_stored_row_empties_it_and_hides_it():
+    tenant = make_tenant()
+    stored = record("resp_x", tenant.id)
+    StoredResponse.objects.create(
+        id=stored.id, tenant=tenant, created_at=timezone.now(),
+        expires_at=timezone.now() + timedelta(days=1), status="completed", model="m",
+        response=stored.response, input_items=stored.input_items, size_bytes=900,
+    )  # fmt: skip
+    assert stored_responses_usage(tenant_id=tenant.id).count == 1
+    stored_response_delete(record=stored)
+    row = StoredResponse.objects.get(id="resp_x")
+    assert row.deleted_at is not None and (row.response, row.size_bytes) == ({}, 0)
+    assert stored_response_get(response_id="resp_x", tenant_id=tenant.id) is None
+    assert stored_responses_usage(tenant_id=tenant.id).count == 0
 
 
 @pytest.mark.django_db

@@ -72,7 +72,47 @@ def test_a_response_is_stored_retrieved_listed_and_deleted(client, replica, comm
         with pytest.raises(openai.NotFoundError) as raised:
             reader.responses.retrieve(response.id)
         assert raised.value.body["code"] == "response_not_found"
-    assert not StoredResponse.objects.filter(id=response.id).exists()
+    row.refresh_from_db()
+    assert row.deleted_at is not None and row.response == {} and row.input_items == []
+
+
+def test_a_response_deleted_before_the_drain_stays_deleted(client, committed):
+    """Deleted at once, while its record still waits in the durable stream: the drain must not
+    bring it back."""
+    response = client.responses.create(model=MODEL, input="Forget me.", max_output_tokens=2)
+    client.responses.delete(response.id)
+    record = billed("req_" + response.id.removeprefix("resp_"))  # the stream was drained
+    assert record.endpoint == "responses"
+    row = wait_for(
+        lambda: StoredResponse.objects.filter(id=response.id).first(),
+        timeout=15,
+        what="the deleted response's row",
+    )
+    assert row.deleted_at is not None and row.response == {}
+    with pytest.raises(openai.NotFoundError):
+        client.responses.retrieve(response.id)
+
+
+def test_stored_responses_answer_only_where_the_key_may_be_used(platform, committed):
+    """The stored-response calls authenticate as /v1 does: a key limited to other networks
+    cannot read, delete or cancel from here."""
+    from tests.keys.factories import make_tenant
+
+    tenant = make_tenant()
+    _, open_key = make_api_key(tenant=tenant, name="anywhere")
+    _, fenced = make_api_key(tenant=tenant, name="fenced", allowed_networks=["10.9.8.0/24"])
+    mine = openai.OpenAI(base_url=platform.api_url, api_key=open_key, max_retries=0)
+    response = mine.responses.create(model=MODEL, input="Hi.", max_output_tokens=2)
+    other = openai.OpenAI(base_url=platform.api_url, api_key=fenced, max_retries=0)
+    for attempt in (
+        lambda: other.responses.retrieve(response.id),
+        lambda: other.responses.delete(response.id),
+        lambda: other.responses.input_items.list(response.id),
+    ):
+        with pytest.raises(openai.PermissionDeniedError) as raised:
+            attempt()
+        assert raised.value.body["code"] == "ip_not_allowed"
+    assert mine.responses.retrieve(response.id).id == response.id
 
 
 def test_store_false_keeps_nothing(client, committed):
@@ -271,6 +311,28 @@ def test_a_cancelled_background_response_stops_and_bills_what_it_generated(
     )
     assert text and final.response["output"][-1]["status"] == "incomplete"
     assert client.responses.cancel(queued.id).status == "cancelled"  # idempotent
+
+
+def test_a_background_request_over_its_limits_is_refused_not_queued(platform, committed):
+    """Admission comes before the answer: a key at its request rate gets its 429 (and
+    Retry-After) at once, and nothing is stored for the refused request."""
+    _, secret = make_api_key(name="one a minute", requests_per_minute=1)
+    limited = openai.OpenAI(base_url=platform.api_url, api_key=secret, max_retries=0)
+    first = limited.responses.create(model=MODEL, input="Hi.", max_output_tokens=2, background=True)
+    assert first.status == "queued"
+    with pytest.raises(openai.RateLimitError) as raised:
+        limited.responses.create(model=MODEL, input="Again.", max_output_tokens=2, background=True)
+    assert raised.value.response.headers.get("retry-after")
+    refused = raised.value.response.headers["x-request-id"].removeprefix("req_")
+    billed_first = billed("req_" + first.id.removeprefix("resp_"))
+    assert billed_first.status == "ok"
+    # Drained in order after the first: no stored row for the refused one.
+    wait_for(
+        lambda: StoredResponse.objects.filter(id=first.id).exists(),
+        timeout=15,
+        what="the first background response's row",
+    )
+    assert not StoredResponse.objects.filter(id="resp_" + refused).exists()
 
 
 def test_an_agent_continues_its_conversation_by_previous_response_id(platform, committed):
