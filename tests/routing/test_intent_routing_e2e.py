@@ -11,7 +11,7 @@ from apps.keys.choices import PriorityTier
 from apps.models.models import LlmModel
 from apps.routing.models import RoutingDecision, RoutingRule
 from apps.routing.services import routing_rule_delete
-from tests.conftest import SERVED_MODELS, wait_for_refresh
+from tests.conftest import SERVED_MODELS, wait_for_refresh, wait_until_served
 from tests.http import call
 from tests.keys.factories import make_staff
 from tests.stack import wait_for
@@ -67,7 +67,19 @@ def admin_post(operator: Client, path: str, form: dict[str, str]) -> None:
     assert page.status_code == 302, page.content.decode()[:2000]
 
 
+def serving(platform, model: str) -> None:
+    """Make sure a node serves `model`: earlier tests stop the stack's workers on purpose
+    (tests/gateway/test_node_liveness.py leaves dmx-tiny-b stopped)."""
+    worker = platform.workers[model]
+    if not worker.alive():
+        worker = platform.stack.start_worker(model_name=model, node_token=platform.node_token)
+        platform.workers[model] = worker
+    wait_until_served(platform, model, worker)
+
+
 def test_an_admin_change_of_a_rule_moves_the_next_request_on_every_replica(platform, committed):
+    for model in (GENERAL, OTHER):
+        serving(platform, model)
     operator = Client()
     operator.force_login(make_staff("operator"))
     try:
