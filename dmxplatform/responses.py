@@ -60,6 +60,12 @@ async def _read_body(receive: Any, limit: int) -> bytes:
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
+async def wait_disconnect(receive: Any) -> None:
+    """Return when the client has gone (ASGI's http.disconnect)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
 async def send_json(send: Any, status: int, body: bytes, headers: Headers) -> None:
     await send(
         {

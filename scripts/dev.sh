@@ -128,31 +128,26 @@ pids+=($!)
 
 served=("$MODEL_NAME")
 EXTRA_LOGS=""
+# A second worker of the same tiny weights (the code model, the embedding model): one OpenMP
+# thread, unbound, a 1 GiB KV cache, so that it shares the cores with the first.
+start_tiny_worker() {  # name port log what
+  echo "==> starting the $4 for $1 on port $2 (logs: $3)"
+  DMX_NODE_TOKEN="$NODE_TOKEN" \
+  VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind OMP_NUM_THREADS=1 \
+  .venv-vllm/bin/python -m inference.worker --model "$DMX_WORKER_MODEL" --name "$1" \
+    --port "$2" --platform-url "http://127.0.0.1:$GATEWAY_PORT" \
+    -- ${DMX_WORKER_VLLM_ARGS:---enforce-eager} --max-num-seqs 16 > "$3" 2>&1 &
+  pids+=($!)
+  served+=("$1")
+  EXTRA_LOGS+=" $3"
+}
+# The same weights under a second name, so that `auto` has two models to choose from.
 if [ "$CODE_WORKER" = 1 ]; then
-  echo "==> starting the worker for $CODE_MODEL_NAME on port $CODE_PORT (logs: .run/worker-code.log)"
-  # The same tiny weights under a second name, so that `auto` has two models to choose from;
-  # one OpenMP thread, unbound: it shares the cores with the first.
-  DMX_NODE_TOKEN="$NODE_TOKEN" \
-  VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind OMP_NUM_THREADS=1 \
-  .venv-vllm/bin/python -m inference.worker --model "$DMX_WORKER_MODEL" --name "$CODE_MODEL_NAME" \
-    --port "$CODE_PORT" --platform-url "http://127.0.0.1:$GATEWAY_PORT" \
-    -- ${DMX_WORKER_VLLM_ARGS:---enforce-eager} --max-num-seqs 16 > .run/worker-code.log 2>&1 &
-  pids+=($!)
-  served+=("$CODE_MODEL_NAME")
-  EXTRA_LOGS+=" .run/worker-code.log"
+  start_tiny_worker "$CODE_MODEL_NAME" "$CODE_PORT" .run/worker-code.log worker
 fi
+# Run by vLLM as a pooling model (the platform tells the worker its kind).
 if [ "$EMBED_WORKER" = 1 ]; then
-  echo "==> starting the embedding worker for $EMBED_MODEL_NAME on port $EMBED_PORT (logs: .run/worker-embed.log)"
-  # The same tiny model, run by vLLM as a pooling model (the platform tells the worker its
-  # kind); one OpenMP thread, unbound, a 1 GiB KV cache: it shares the cores with the first.
-  DMX_NODE_TOKEN="$NODE_TOKEN" \
-  VLLM_CPU_KVCACHE_SPACE=1 VLLM_CPU_OMP_THREADS_BIND=nobind OMP_NUM_THREADS=1 \
-  .venv-vllm/bin/python -m inference.worker --model "$DMX_WORKER_MODEL" --name "$EMBED_MODEL_NAME" \
-    --port "$EMBED_PORT" --platform-url "http://127.0.0.1:$GATEWAY_PORT" \
-    -- ${DMX_WORKER_VLLM_ARGS:---enforce-eager} --max-num-seqs 16 > .run/worker-embed.log 2>&1 &
-  pids+=($!)
-  served+=("$EMBED_MODEL_NAME")
-  EXTRA_LOGS+=" .run/worker-embed.log"
+  start_tiny_worker "$EMBED_MODEL_NAME" "$EMBED_PORT" .run/worker-embed.log "embedding worker"
 fi
 
 echo -n "==> waiting for the nodes to register"

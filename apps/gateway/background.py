@@ -19,6 +19,7 @@ from typing import Any
 
 from django.conf import settings
 
+from apps.gateway import sse
 from apps.gateway.choices import ResponseStatus
 from apps.gateway.dialects.responses import snapshot
 from apps.gateway.reply import Reply
@@ -39,12 +40,14 @@ class BackgroundReply:
     the client that asked for them, while it stays), its status to the stored record. Its
     `receive` is the pipeline's client: it "leaves" when the run is cancelled."""
 
-    def __init__(self, store: ResponseStore, record: ResponseRecord, client: Reply | None) -> None:
+    def __init__(
+        self, store: ResponseStore, record: ResponseRecord, client: Reply | None, headers: Headers
+    ) -> None:
         self._store = store
         self._record = record
         self._client = client
         self._cancelled = asyncio.Event()
-        self.headers: Headers = []
+        self.headers = headers
         self.started = False
         self.finished = False
 
@@ -106,7 +109,7 @@ class BackgroundReply:
 def _events(body: bytes) -> list[bytes]:
     """A piece of the event stream as its events, one stream entry each: a reader resuming
     after a sequence number counts them (ResponseStore.events)."""
-    return [event + b"\n\n" for event in body.split(b"\n\n") if event]
+    return [event + sse.SEPARATOR for event in body.split(sse.SEPARATOR) if event]
 
 
 async def detach(state: CompletionState, runtime: GatewayRuntime) -> BackgroundReply:
@@ -124,8 +127,8 @@ async def detach(state: CompletionState, runtime: GatewayRuntime) -> BackgroundR
         # The run streams, so that polls see its progress and a client may stream it later.
         request.stream = request.include_usage = True
         request.payload.update(stream=True, stream_options={"include_usage": True})
-    reply = BackgroundReply(runtime.responses, record, state.reply if streamed else None)
-    reply.headers = state.reply.headers
+    client = state.reply if streamed else None
+    reply = BackgroundReply(runtime.responses, record, client, state.reply.headers)
     state.reply = reply
     state.receive = reply.receive
     return reply

@@ -47,6 +47,7 @@ from dmxplatform.responses import (
     read_body,
     send_error,
     send_json,
+    wait_disconnect,
 )
 
 logger = logging.getLogger(__name__)
@@ -163,7 +164,7 @@ async def _stream_events(store, record, query, receive, send, headers) -> None:
             await reply.body(event, more=True)
 
     relaying = asyncio.ensure_future(relay())
-    leaving = asyncio.ensure_future(_disconnected(receive))
+    leaving = asyncio.ensure_future(wait_disconnect(receive))
     try:
         await asyncio.wait((relaying, leaving), return_when=asyncio.FIRST_COMPLETED)
     finally:
@@ -185,11 +186,6 @@ async def _stream_events(store, record, query, receive, send, headers) -> None:
             ) from exc
         logger.warning("stream of %s ended by %r", record.id, exc)
     await reply.body(b"", more=False)
-
-
-async def _disconnected(receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
 
 
 def _api_key_as_bearer(scope: dict[str, Any]) -> dict[str, Any]:
@@ -408,7 +404,7 @@ class ResponsesSocket(AsyncJsonWebsocketConsumer):
         event = {
             "type": "error",
             "status": error.status,
-            "error": orjson.loads(error.to_json())["error"],
+            "error": error.to_dict()["error"],
         }
         if isinstance(lane, str):
             event["stream_id"] = lane

@@ -32,6 +32,7 @@ from apps.gateway.context import (
     estimate_prompt,
     reservation,
 )
+from apps.gateway.dialects.responses import continue_from
 from apps.gateway.errors import GatewayErrorCode
 from apps.gateway.intent import LABELS, classify
 from apps.gateway.prompts import intent_text, screen_prompt
@@ -211,11 +212,7 @@ async def _continue(state: CompletionState, runtime: GatewayRuntime, data: dict[
     continue a conversation of megabytes, which is prepared off the loop as a large body is."""
     tenant = reached(state.key, "auth").tenant_id
     record, size = await runtime.responses.history(data["previous_response_id"], tenant)
-    given = data.get("input")
-    if isinstance(given, str):
-        given = [{"type": "message", "role": "user", "content": given}]
-    if isinstance(given, list):  # anything else is the dialect's to refuse
-        data["input"] = [*record.history(), *given]
+    continue_from(data, record.history())
     return size
 
 

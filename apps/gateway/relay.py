@@ -19,7 +19,7 @@ from apps.gateway.prompts import affinity_key
 from apps.gateway.reply import ClientLeft
 from apps.gateway.runtime import GatewayRuntime
 from apps.gateway.schemas import Endpoint
-from apps.gateway.settlement import keep, response_record
+from apps.gateway.settlement import keep_response, response_record
 from apps.gateway.state import CompletionState, reached
 from apps.gateway.upstream import sender, stream_error, stream_failed, upstream_error
 from apps.gateway.upstream_http import UpstreamConnectionError, UpstreamResponse
@@ -27,6 +27,7 @@ from apps.keys.gate import UsageStatus
 from apps.routing.dispatcher import NodeFailed, RouteRequest
 from dmxplatform.errors import ApplicationError, UpstreamError
 from dmxplatform.resp import RedisUnavailable, RespError
+from dmxplatform.responses import wait_disconnect
 from dmxplatform.stages import Stage
 
 logger = logging.getLogger(__name__)
@@ -121,7 +122,7 @@ async def _settle(
     its response where it is to be stored (its record rides in the settle call; its Redis copy
     is written before the client can ask for it)."""
     if response is not None and state.stores:
-        keep(state, response_record(state, response))
+        keep_response(state, response_record(state, response))
     await reached(state.lease, "limits").submit()
     if state.kept is not None:
         try:
@@ -139,7 +140,7 @@ async def _while_the_client_waits(
 ) -> None:
     """Run the exchange until it ends, the client leaves or the request's time is up."""
     relay = asyncio.ensure_future(exchange)
-    disconnect = asyncio.ensure_future(_wait_disconnect(state.receive))
+    disconnect = asyncio.ensure_future(wait_disconnect(state.receive))
     done, _ = await asyncio.wait(
         (relay, disconnect), timeout=state.time_left(), return_when=asyncio.FIRST_COMPLETED
     )
@@ -167,11 +168,6 @@ def _identity(state: CompletionState) -> dict[str, str]:
 def _answer(state: CompletionState) -> Answer:
     request = reached(state.request, "parse")
     return Answer(request_id=state.request_id, request=request, identity=_identity(state))
-
-
-async def _wait_disconnect(receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
 
 
 async def _relay(

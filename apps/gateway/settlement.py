@@ -53,7 +53,7 @@ def usage_record(
             _SPEND(event.model, key.plan).inc(event.cost_micros / 1_000_000)
     entries: tuple[Entry, ...] = ()
     if state.detached and state.kept is None:
-        keep(state, _unfinished_record(state))
+        keep_response(state, _unfinished_record(state))
     if state.kept_payload is not None:
         entries += ((RESPONSES_STREAM.of_tenant(event.tenant_id).key(), state.kept_payload),)
     if state.dispatch is None:
@@ -69,7 +69,7 @@ def usage_record(
     return event, (*entries, decision) if decision else entries
 
 
-def keep(state: CompletionState, record: ResponseRecord) -> None:
+def keep_response(state: CompletionState, record: ResponseRecord) -> None:
     """The response to store as the request ends: its record goes in the settle call."""
     state.kept, state.kept_payload = record, record.encode()
 

@@ -487,17 +487,11 @@ def test_langchain_structured_output(platform):
     jsonschema.validate(answer, ANSWER_SCHEMA)
 
 
-def test_an_openai_agent_runs_over_the_responses_api(platform, committed):
-    from agents import (
-        Agent,
-        ModelSettings,
-        OpenAIResponsesModel,
-        RunConfig,
-        Runner,
-        function_tool,
-    )
-
-    calls = []
+def weather_agent(platform, calls: list[str]):
+    """An OpenAI agent over the platform's Responses API with a weather tool it must call
+    (`calls` gets each city asked for). The forced call's result is the answer: one model turn,
+    then the tool (random weights never end a text answer on their own)."""
+    from agents import Agent, ModelSettings, OpenAIResponsesModel, function_tool
 
     @function_tool
     def get_weather(city: Literal["Paris", "Oslo", "Lima"]) -> str:
@@ -505,7 +499,7 @@ def test_an_openai_agent_runs_over_the_responses_api(platform, committed):
         calls.append(city)
         return f"Sunny in {city}."
 
-    agent = Agent(
+    return Agent(
         name="weather",
         instructions="Answer with the weather tool.",
         tools=[get_weather],
@@ -516,9 +510,15 @@ def test_an_openai_agent_runs_over_the_responses_api(platform, committed):
             ),
         ),
         model_settings=ModelSettings(tool_choice="get_weather", max_tokens=TOOL_TOKENS),
-        # The forced call's result is the answer: one model turn, then the tool.
         tool_use_behavior="stop_on_first_tool",
     )
+
+
+def test_an_openai_agent_runs_over_the_responses_api(platform, committed):
+    from agents import RunConfig, Runner
+
+    calls: list[str] = []
+    agent = weather_agent(platform, calls)
     before = UsageRecord.objects.filter(endpoint="responses").count()
     result = Runner.run_sync(
         agent, "Weather in Paris?", run_config=RunConfig(tracing_disabled=True)

@@ -11,6 +11,7 @@ from websockets.sync.client import connect
 
 from apps.billing.models import UsageRecord
 from tests.gateway.test_openai_client import usage_row
+from tests.gateway.test_stored_responses import request_id_of
 from tests.stack import wait_for
 
 MODEL = "dmx-tiny"
@@ -24,10 +25,6 @@ def until_terminal(connection) -> list:
         if event.type in TERMINAL:
             return events
     raise AssertionError("the socket closed before the response ended")
-
-
-def request_id_of(response_id: str) -> str:
-    return "req_" + response_id.removeprefix("resp_")
 
 
 @pytest.fixture

@@ -5,8 +5,6 @@ state on the server."""
 
 from __future__ import annotations
 
-from typing import Literal
-
 import openai
 import pytest
 
@@ -35,8 +33,35 @@ def replica(platform) -> openai.OpenAI:
     return openai.OpenAI(base_url=platform.api_urls[-1], api_key=platform.api_key, max_retries=0)
 
 
-def billed(request_id: str) -> UsageRecord:
-    return usage_row(request_id)
+def request_id_of(response_id: str) -> str:
+    """The request that made a response: their ids share the hex part."""
+    return "req_" + response_id.removeprefix("resp_")
+
+
+def billed(response_id: str) -> UsageRecord:
+    """The usage record of the request that made the response, once the ledger has it."""
+    return usage_row(request_id_of(response_id))
+
+
+def in_background(client: openai.OpenAI, text: str, tokens: int, **fields):
+    """A background response of exactly `tokens` tokens (ignore_eos)."""
+    return client.responses.create(
+        model=MODEL,
+        input=text,
+        max_output_tokens=tokens,
+        background=True,
+        extra_body={"ignore_eos": True},
+        **fields,
+    )
+
+
+def finished(client: openai.OpenAI, response_id: str, what: str):
+    """The response once its run has ended."""
+    return wait_for(
+        lambda: (r := client.responses.retrieve(response_id)).status not in RUNNING and r,
+        timeout=60,
+        what=what,
+    )
 
 
 def test_a_response_is_stored_retrieved_listed_and_deleted(client, replica, committed):
@@ -59,7 +84,7 @@ def test_a_response_is_stored_retrieved_listed_and_deleted(client, replica, comm
     )
     assert row.response == again
     assert row.size_bytes > 0 and row.status == response.status == again["status"]
-    record = billed(raw.headers["x-request-id"])
+    record = usage_row(raw.headers["x-request-id"])
     assert record.prompt_tokens == response.usage.input_tokens
     # Read from the row once the Redis copy has gone.
     tenant_id = row.tenant_id
@@ -81,7 +106,7 @@ def test_a_response_deleted_before_the_drain_stays_deleted(client, committed):
     bring it back."""
     response = client.responses.create(model=MODEL, input="Forget me.", max_output_tokens=2)
     client.responses.delete(response.id)
-    record = billed("req_" + response.id.removeprefix("resp_"))  # the stream was drained
+    record = billed(response.id)  # the stream was drained
     assert record.endpoint == "responses"
     row = wait_for(
         lambda: StoredResponse.objects.filter(id=response.id).first(),
@@ -163,7 +188,7 @@ def test_the_next_turn_carries_the_conversation_counted_and_billed(client, repli
     # The history is part of the prompt: the first turn's input and its 8 output tokens, then
     # the new message, each wrapped by the chat template.
     assert second.usage.input_tokens > first.usage.input_tokens + 8
-    record = billed(raw.headers["x-request-id"])
+    record = usage_row(raw.headers["x-request-id"])
     assert (record.prompt_tokens, record.completion_tokens) == (
         second.usage.input_tokens,
         second.usage.output_tokens,
@@ -199,7 +224,7 @@ def test_input_tokens_counts_a_turn_as_it_is_then_billed(client, committed):
     counted = raw.parse()
     assert counted.object == "response.input_tokens" and counted.input_tokens > 0
     created = client.responses.with_raw_response.create(max_output_tokens=2, **params)
-    assert billed(created.headers["x-request-id"]).prompt_tokens == counted.input_tokens
+    assert usage_row(created.headers["x-request-id"]).prompt_tokens == counted.input_tokens
     assert created.parse().usage.input_tokens == counted.input_tokens
     assert not UsageRecord.objects.filter(request_id=raw.headers["x-request-id"]).exists()
 
@@ -230,23 +255,13 @@ def _refusal(client: openai.OpenAI, previous: str) -> dict | None:
 
 
 def test_a_background_response_runs_is_polled_and_billed(client, replica, committed):
-    queued = client.responses.create(
-        model=MODEL,
-        input="Tell me a story.",
-        max_output_tokens=24,
-        background=True,
-        extra_body={"ignore_eos": True},
-    )
+    queued = in_background(client, "Tell me a story.", 24)
     assert queued.status == "queued" and queued.background is True and queued.output == []
-    done = wait_for(
-        lambda: (r := replica.responses.retrieve(queued.id)).status not in RUNNING and r,
-        timeout=60,
-        what="the background response to finish",
-    )
+    done = finished(replica, queued.id, "the background response to finish")
     # All 24 tokens (ignore_eos): it ends at its budget, as Responses says, incomplete.
     assert done.status == "incomplete" and done.incomplete_details.reason == "max_output_tokens"
     assert done.usage.output_tokens == 24 and done.output_text
-    record = billed("req_" + queued.id.removeprefix("resp_"))
+    record = billed(queued.id)
     assert (record.prompt_tokens, record.completion_tokens) == (done.usage.input_tokens, 24)
     # Its events, from any replica, from where the client stopped reading.
     events = list(replica.responses.retrieve(queued.id, stream=True, starting_after=2))
@@ -259,35 +274,18 @@ def test_a_background_response_runs_is_polled_and_billed(client, replica, commit
 
 
 def test_a_background_response_streams_to_its_client_and_survives_it(client, committed):
-    stream = client.responses.create(
-        model=MODEL,
-        input="Tell me a story.",
-        max_output_tokens=40,
-        background=True,
-        stream=True,
-        extra_body={"ignore_eos": True},
-    )
+    stream = in_background(client, "Tell me a story.", 40, stream=True)
     first = next(iter(stream))
     assert first.type == "response.created" and first.response.status == "queued"
     stream.close()  # the client leaves: the run goes on
-    done = wait_for(
-        lambda: (r := client.responses.retrieve(first.response.id)).status not in RUNNING and r,
-        timeout=60,
-        what="the background response to finish without its client",
-    )
+    done = finished(client, first.response.id, "the background response to finish without it")
     assert done.status == "incomplete" and done.usage.output_tokens == 40
 
 
 def test_a_cancelled_background_response_stops_and_bills_what_it_generated(
     client, replica, committed
 ):
-    queued = client.responses.create(
-        model=MODEL,
-        input="Count to a thousand.",
-        max_output_tokens=1500,
-        background=True,
-        extra_body={"ignore_eos": True},
-    )
+    queued = in_background(client, "Count to a thousand.", 1500)
     wait_for(
         lambda: client.responses.retrieve(queued.id).status == "in_progress",
         timeout=60,
@@ -303,7 +301,7 @@ def test_a_cancelled_background_response_stops_and_bills_what_it_generated(
         timeout=30,
         what="the cancelled run's stored record",
     )
-    record = billed("req_" + queued.id.removeprefix("resp_"))
+    record = billed(queued.id)
     assert record.status == "client_disconnected"
     assert 0 < record.completion_tokens < 1500
     text = "".join(
@@ -324,7 +322,7 @@ def test_a_background_request_over_its_limits_is_refused_not_queued(platform, co
         limited.responses.create(model=MODEL, input="Again.", max_output_tokens=2, background=True)
     assert raised.value.response.headers.get("retry-after")
     refused = raised.value.response.headers["x-request-id"].removeprefix("req_")
-    billed_first = billed("req_" + first.id.removeprefix("resp_"))
+    billed_first = billed(first.id)
     assert billed_first.status == "ok"
     # Drained in order after the first: no stored row for the refused one.
     wait_for(
@@ -338,39 +336,12 @@ def test_a_background_request_over_its_limits_is_refused_not_queued(platform, co
 def test_an_agent_continues_its_conversation_by_previous_response_id(platform, committed):
     """Two runs of an OpenAI agent, the second sending only its new message and the first
     run's last response id: the platform supplies the conversation."""
-    from agents import (
-        Agent,
-        ModelSettings,
-        OpenAIResponsesModel,
-        RunConfig,
-        Runner,
-        function_tool,
-    )
+    from agents import RunConfig, Runner
 
-    from tests.gateway.test_api_surface import TOOL_TOKENS
+    from tests.gateway.test_api_surface import weather_agent
 
-    calls = []
-
-    @function_tool
-    def get_weather(city: Literal["Paris", "Oslo", "Lima"]) -> str:
-        """The weather in a city."""
-        calls.append(city)
-        return f"Sunny in {city}."
-
-    agent = Agent(
-        name="weather",
-        instructions="Answer with the weather tool.",
-        tools=[get_weather],
-        model=OpenAIResponsesModel(
-            model=MODEL,
-            openai_client=openai.AsyncOpenAI(
-                base_url=platform.api_url, api_key=platform.api_key, max_retries=0
-            ),
-        ),
-        # A forced call ends each run (random weights never end a text answer on their own).
-        model_settings=ModelSettings(tool_choice="get_weather", max_tokens=TOOL_TOKENS),
-        tool_use_behavior="stop_on_first_tool",
-    )
+    calls: list[str] = []
+    agent = weather_agent(platform, calls)
     config = RunConfig(tracing_disabled=True)
     first = Runner.run_sync(agent, "Weather in Paris?", run_config=config)
     second = Runner.run_sync(

@@ -321,6 +321,14 @@ def _input_items(given: Any) -> list[dict[str, Any]]:
     return list(given)
 
 
+def continue_from(data: dict[str, Any], history: list[dict[str, Any]]) -> None:
+    """Put a stored conversation's items (previous_response_id's) before the request's input;
+    an input of another type is left for parse() to refuse."""
+    given = data.get("input")
+    if isinstance(given, str | list):
+        data["input"] = [*history, *_input_items(given)]
+
+
 def _string(item: dict[str, Any], name: str, param: str) -> str:
     value = item.get(name)
     if not isinstance(value, str):
