@@ -54,10 +54,31 @@ async def _read_body(receive: Any, limit: int) -> bytes:
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            raise RequestTooLargeError(f"Request body is larger than {limit} bytes.")
+            chunks.clear()
+            raise await _refuse_oversized(receive, message, size, limit)
         chunks.append(chunk)
         if not message.get("more_body"):
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+async def _refuse_oversized(
+    receive: Any, message: dict[str, Any], size: int, limit: int
+) -> RequestTooLargeError:
+    """Read and drop the rest of an oversized body before the 413 goes out. A client like
+    urllib or requests sends its whole body before it reads a reply; if the server closes
+    with bytes still unread, the kernel answers them with a reset, and the client sees a
+    broken connection instead of the 413 (nginx's lingering close and Go's net/http do the
+    same). What is dropped is bounded by another `limit` bytes and by the read timeout; a
+    client sending more than that gets its connection closed."""
+    while message.get("more_body") and size <= 2 * limit:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            break
+        size += len(message.get("body", b""))
+    return RequestTooLargeError(
+        f"Request body is larger than {limit} bytes.",
+        headers={"Connection": "close"} if message.get("more_body") else None,
+    )
 
 
 async def wait_disconnect(receive: Any) -> None:
