@@ -24,6 +24,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 from django.urls import path, re_path  # noqa: E402
 
+from apps.batches import consumers as batches  # noqa: E402
 from apps.console.consumers import FleetDashboardConsumer  # noqa: E402
 from apps.console.dashboard import FLEET_SOCKET_PATH  # noqa: E402
 from apps.gateway.consumers import (  # noqa: E402
@@ -54,6 +55,12 @@ gateway_routes = [
     path("v1/messages", CompletionsEndpoint(Endpoint.MESSAGES)),
     path("v1/messages/count_tokens", TokenCountEndpoint(Endpoint.MESSAGES)),
     path("v1/embeddings", CompletionsEndpoint(Endpoint.EMBEDDINGS)),
+    path("v1/files", batches.files),
+    path("v1/files/<str:file_id>", batches.file),
+    path("v1/files/<str:file_id>/content", batches.file_content),
+    path("v1/batches", batches.batches),
+    path("v1/batches/<str:batch_id>", batches.batch),
+    path("v1/batches/<str:batch_id>/cancel", batches.batch_cancel),
     path("v1/models", ModelsEndpoint()),
     path("v1/models/<path:model>", ModelsEndpoint()),
     re_path(r"^v1/", UnknownPathEndpoint()),

@@ -15,6 +15,7 @@ from apps.hardware.models import NodeToken
 from apps.hardware.services import node_token_create
 from apps.keys.models import ApiKey, Tenant
 from apps.keys.services import api_key_create, tenant_create
+from apps.models.choices import ModelKind
 from apps.models.models import LlmModel, ModelVersion
 from apps.models.services import llm_model_create, model_version_create
 from apps.routing.models import RoutingRule
@@ -48,11 +49,13 @@ def demo_setup(
     source: str,
     max_context_tokens: int,
     code_model_name: str = "",
+    embed_model_name: str = "",
 ) -> DemoCredentials:
     """Create what a first local run needs, once; secrets are returned only when created now.
 
     `code_model_name`: a second model of the same weights, and the routing table's `auto` alias
-    that sends code to it and everything else to `model_name`."""
+    that sends code to it and everything else to `model_name`. `embed_model_name`: an embedding
+    model of the same weights, priced as the others (a model without a price is refused)."""
     User = get_user_model()
     password = None
     if not User.objects.filter(username=DEMO_OPERATOR).exists():
@@ -69,6 +72,8 @@ def demo_setup(
     if code_model_name:
         code_model = _demo_model(code_model_name, version, source, max_context_tokens)
         demo_routing_setup(general=model, code=code_model)
+    if embed_model_name:
+        _demo_model(embed_model_name, version, source, max_context_tokens, kind=ModelKind.EMBED)
 
     api_key = None
     if not ApiKey.objects.filter(tenant=tenant, name="demo", revoked_at__isnull=True).exists():
@@ -84,10 +89,12 @@ def demo_setup(
     )
 
 
-def _demo_model(name: str, version: str, source: str, max_context_tokens: int) -> LlmModel:
+def _demo_model(
+    name: str, version: str, source: str, max_context_tokens: int, kind: str = ModelKind.GENERATE
+) -> LlmModel:
     """The model `name` with its version `version`, priced at DEMO_PRICES when created now."""
     model = LlmModel.objects.filter(name=name).first() or llm_model_create(
-        name=name, max_context_tokens=max_context_tokens
+        name=name, max_context_tokens=max_context_tokens, kind=kind
     )
     if not ModelVersion.objects.filter(model=model, tag=version).exists():
         created = model_version_create(model=model, tag=version, source=source)

@@ -23,6 +23,7 @@ from django.views.decorators.http import require_GET
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest, multiprocess
 from prometheus_client.registry import REGISTRY
 
+from apps.batches.metrics import BatchCollector
 from apps.billing.metrics import BillingCollector
 from apps.keys.metrics import QuotaCollector
 from apps.models.metrics import ModelTargetCollector
@@ -36,6 +37,7 @@ _SCRAPE_TIME_COLLECTORS = (
     QuotaCollector(),
     ModelTargetCollector(),
     BillingCollector(),
+    BatchCollector(),
 )
 for _collector in _SCRAPE_TIME_COLLECTORS:
     REGISTRY.register(_collector)

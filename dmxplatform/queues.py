@@ -7,3 +7,6 @@ class Queue(StrEnum):
     DEFAULT = "default"
     LEDGER = "ledger"
     FLEET = "fleet"
+    # A batch worker runs lines for minutes at a time: its own workers, never in the way of
+    # the ledger's flushes (deploy/kubernetes/base/batch-worker.yaml).
+    BATCHES = "batches"

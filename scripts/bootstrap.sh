@@ -18,7 +18,7 @@ if [ "$(cat .venv/.dmx-stamp 2>/dev/null)" != "$platform_stamp" ] ||
   ! compgen -G "apps/gateway/intent/_hashing*.so" >/dev/null; then
   echo "==> platform virtualenv (.venv)"
   "$PYTHON" -m venv .venv
-  quiet_pip .venv/bin/pip install -qq -c requirements/lock.txt -e '.[dev,tracing]'
+  quiet_pip .venv/bin/pip install -qq -c requirements/lock.txt -e '.[dev,tracing,s3]'
   echo "$platform_stamp" > .venv/.dmx-stamp
 fi
 

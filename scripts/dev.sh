@@ -63,6 +63,7 @@ echo "==> migrating the database"
 # the classifier is unsure of) to $MODEL_NAME.
 code_model=()
 if [ "$CODE_WORKER" = 1 ]; then code_model=(--code-model-name "$CODE_MODEL_NAME"); fi
+if [ "$EMBED_WORKER" = 1 ]; then code_model+=(--embed-model-name "$EMBED_MODEL_NAME"); fi
 # Secrets are shown once; keep this run's so that a restart can print them again.
 demo=$(.venv/bin/python manage.py dmx_demo --model-name "$MODEL_NAME" --source "$DMX_WORKER_MODEL" \
   --max-context-tokens "$CONTEXT" "${code_model[@]}")
@@ -115,6 +116,11 @@ pids+=($!)
 echo "==> starting Celery (worker + beat)"
 .venv/bin/celery -A config worker --beat --queues default,ledger,fleet --concurrency 1 \
   --without-gossip --without-mingle --without-heartbeat --loglevel INFO --schedule .run/celerybeat-schedule > .run/celery.log 2>&1 &
+pids+=($!)
+
+echo "==> starting a batch worker (/v1/batches)"
+.venv/bin/celery -A config worker --queues batches --concurrency 1 --hostname batches@%h \
+  --without-gossip --without-mingle --without-heartbeat --loglevel INFO > .run/batches.log 2>&1 &
 pids+=($!)
 
 echo "==> starting the vLLM worker for $MODEL_NAME on port $WORKER_PORT (logs: .run/worker.log)"
@@ -176,7 +182,7 @@ DMX platform is running.
   admin                    http://$GATEWAY_HOST:$GATEWAY_PORT/admin/  (user admin${ADMIN_PASSWORD:+, password $ADMIN_PASSWORD})
   health, metrics          http://$GATEWAY_HOST:$GATEWAY_PORT/health  http://$GATEWAY_HOST:$GATEWAY_PORT/metrics
   demo API key             $API_KEY
-  logs                     .run/gateway.log .run/celery.log .run/worker.log$EXTRA_LOGS
+  logs                     .run/gateway.log .run/celery.log .run/batches.log .run/worker.log$EXTRA_LOGS
   models                   ${served[*]}
 
 Try:

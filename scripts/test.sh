@@ -46,6 +46,9 @@ export DMX_WEBHOOK_ALLOW_PRIVATE=1
 export DMX_STATE_REFRESH_SECONDS=0.25
 # A body that stops arriving is refused after 2 s rather than 20.
 export DMX_BODY_READ_TIMEOUT_SECONDS=2
+# Batch workers look for work twice a second, and take over a killed worker's batch after 3 s.
+export DMX_BATCH_TICK_SECONDS=0.5
+export DMX_BATCH_HOLD_SECONDS=3
 # One run at a time per database and Redis database: the suite owns both, and a second run
 # would drop them under the first. Runs given other ones (DMX_TEST_DATABASE_URL,
 # DMX_TEST_REDIS_URL) go side by side.
@@ -57,6 +60,7 @@ if ! flock -n 9; then
 fi
 # Spooled stream entries and the processes' logs of this run only.
 export DMX_SPOOL_DIR=$PWD/.run/test-spool-$run_id
+export DMX_FILES_ROOT=$PWD/.run/test-files-$run_id
 export DMX_TEST_LOG_DIR=$PWD/.run/test-logs${DMX_TEST_DATABASE_URL:+-$run_id}
 export HF_HUB_OFFLINE=1
 export PYTHONDONTWRITEBYTECODE=1

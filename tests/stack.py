@@ -65,6 +65,17 @@ def celery_argv(schedule: Path) -> list[str]:
     ]  # fmt: skip
 
 
+def batch_worker_argv() -> list[str]:
+    """A batch worker's command line: the `batches` queue only, as production runs it
+    (deploy/kubernetes/base/batch-worker.yaml); beat stays with the main worker."""
+    return [
+        str(ROOT / ".venv" / "bin" / "celery"), "-A", "config", "worker",
+        "--queues", "batches", "--concurrency", "1", "--loglevel", "INFO",
+        "--without-gossip", "--without-mingle", "--without-heartbeat",
+        "--hostname", f"batches-{os.getpid()}@%h",
+    ]  # fmt: skip
+
+
 def machine_lock(name: str):
     """Hold a lock shared by every test run on this machine until the returned file closes."""
     LOCKS.mkdir(parents=True, exist_ok=True)
@@ -214,6 +225,10 @@ class Stack:
     def start_celery(self) -> Service:
         schedule = LOG_DIR / f"{self.prefix}celerybeat-schedule"
         return self._add(Service(f"{self.prefix}celery", celery_argv(schedule), self.env))
+
+    def start_batch_worker(self) -> Service:
+        """A batch worker the caller stops (a test may kill it mid-batch)."""
+        return Service(f"{self.prefix}batch-worker", batch_worker_argv(), self.env).start()
 
     def start_worker(
         self,

@@ -57,3 +57,5 @@ class UsageEvent(JsonRecord):
     cached_tokens: int = 0
     cost_micros: int = 0
     prepaid: bool = False
+    # The batch (/v1/batches) the request ran in: billed at its batch price.
+    batch_id: str = ""

@@ -32,6 +32,11 @@ class Price(models.Model):
         **PRICE, help_text="Prompt tokens the engine served from its prefix cache."
     )
     output_per_million = models.DecimalField(**PRICE, help_text="Generated tokens.")
+    batch_discount_percent = models.PositiveSmallIntegerField(
+        default=50,
+        validators=[MaxValueValidator(100)],
+        help_text="What a request of a batch (/v1/batches) pays less than these prices, percent.",
+    )
     effective_from = models.DateTimeField()
     created_at = models.DateTimeField(auto_now_add=True)
     created_by = models.CharField(max_length=150, blank=True, editable=False)
@@ -254,6 +259,9 @@ class UsageRecord(models.Model):
     trace_id = models.CharField(
         max_length=32, blank=True, help_text="Its OpenTelemetry trace, when tracing is on."
     )
+    batch_id = models.CharField(
+        max_length=64, blank=True, help_text="The batch (/v1/batches) it ran in, if any."
+    )
 
     class Meta:
         # The table keeps the name it had when keys kept the ledger.
@@ -268,6 +276,9 @@ class UsageRecord(models.Model):
                 fields=["client_request_id"],
                 condition=~models.Q(client_request_id=""),
                 name="usage_client_request_idx",
+            ),
+            models.Index(
+                fields=["batch_id"], condition=~models.Q(batch_id=""), name="usage_batch_idx"
             ),
         ]
 
@@ -286,6 +297,8 @@ class UsageDaily(models.Model):
     api_key = models.ForeignKey("keys.ApiKey", on_delete=models.PROTECT, related_name="usage_days")
     tenant = models.ForeignKey("keys.Tenant", on_delete=models.PROTECT, related_name="usage_days")
     model = models.CharField(max_length=128)
+    # Requests of batches apart: they are priced apart, and statements show them so.
+    batch = models.BooleanField(default=False)
     requests = models.PositiveIntegerField(default=0)
     errors = models.PositiveIntegerField(default=0)
     prompt_tokens = models.PositiveBigIntegerField(default=0)
@@ -298,7 +311,9 @@ class UsageDaily(models.Model):
         ordering = ["-day", "model"]
         verbose_name_plural = "usage by day"
         constraints = [
-            models.UniqueConstraint(fields=["day", "api_key", "model"], name="usage_daily_unique"),
+            models.UniqueConstraint(
+                fields=["day", "api_key", "model", "batch"], name="usage_daily_unique"
+            ),
         ]
         indexes = [models.Index(fields=["tenant", "day"], name="usage_daily_tenant_day_idx")]
 

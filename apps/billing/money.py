@@ -18,6 +18,8 @@ MICROS = 1_000_000
 # Prices are per million tokens; a plan's multiplier has four decimal places.
 TOKENS_PER_PRICE = 1_000_000
 MULTIPLIER_SCALE = 10_000
+# What a scaled cost (Rates._scaled: prices per million, multiplier, percentage) divides by.
+_DIVISOR = TOKENS_PER_PRICE * MULTIPLIER_SCALE * 100
 _QUANTUM = Decimal("0.000001")
 # The most any amount (a budget, a credit, a code's face value, a balance) may be: its
 # micro-units stay below 2**53, which Lua's numbers (doubles) hold exactly, and far below the
@@ -56,36 +58,41 @@ class Rates:
     input: int
     cached_input: int
     output: int
+    # The percentage of these prices a batch request pays (Price.batch_discount_percent off).
+    batch_percent: int = 100
 
     @property
     def free(self) -> bool:
         return not (self.input or self.cached_input or self.output)
 
-    def _scaled(self, prompt: int, cached: int, completion: int, multiplier: int) -> int:
-        """The cost times TOKENS_PER_PRICE * MULTIPLIER_SCALE: an exact integer."""
+    def _scaled(
+        self, prompt: int, cached: int, completion: int, multiplier: int, batch: bool
+    ) -> int:
+        """The cost times TOKENS_PER_PRICE * MULTIPLIER_SCALE * 100: an exact integer."""
         cached = min(cached, prompt)
         return (
-            (prompt - cached) * self.input + cached * self.cached_input + completion * self.output
-        ) * multiplier
-
-    def cost(self, prompt: int, cached: int, completion: int, multiplier: int) -> int:
-        """What the tokens cost, micro-units, rounded half to even once."""
-        whole, rest = divmod(
-            self._scaled(prompt, cached, completion, multiplier),
-            TOKENS_PER_PRICE * MULTIPLIER_SCALE,
+            ((prompt - cached) * self.input + cached * self.cached_input + completion * self.output)
+            * multiplier
+            * (self.batch_percent if batch else 100)
         )
+
+    def cost(
+        self, prompt: int, cached: int, completion: int, multiplier: int, *, batch: bool = False
+    ) -> int:
+        """What the tokens cost, micro-units, rounded half to even once (a batch's discount
+        inside the same rounding)."""
+        whole, rest = divmod(self._scaled(prompt, cached, completion, multiplier, batch), _DIVISOR)
         twice = 2 * rest
-        if twice > TOKENS_PER_PRICE * MULTIPLIER_SCALE or (
-            twice == TOKENS_PER_PRICE * MULTIPLIER_SCALE and whole % 2
-        ):
+        if twice > _DIVISOR or (twice == _DIVISOR and whole % 2):
             whole += 1
         return whole
 
-    def worst_case(self, prompt: int, completion: int, multiplier: int) -> int:
+    def worst_case(
+        self, prompt: int, completion: int, multiplier: int, *, batch: bool = False
+    ) -> int:
         """The most a request of `prompt` tokens generating up to `completion` may cost (no
         cached tokens), rounded up."""
-        scaled = self._scaled(prompt, 0, completion, multiplier)
-        return -(-scaled // (TOKENS_PER_PRICE * MULTIPLIER_SCALE))
+        return -(-self._scaled(prompt, 0, completion, multiplier, batch) // _DIVISOR)
 
     @staticmethod
     def most(rates: list[Rates]) -> Rates:
@@ -95,4 +102,5 @@ class Rates:
             input=max(r.input for r in rates),
             cached_input=max(r.cached_input for r in rates),
             output=max(r.output for r in rates),
+            batch_percent=max(r.batch_percent for r in rates),
         )

@@ -61,6 +61,7 @@ def price_book_load(version: int = 0) -> PriceBook:
                 input=to_micros(price.input_per_million),
                 cached_input=to_micros(price.cached_input_per_million),
                 output=to_micros(price.output_per_million),
+                batch_percent=100 - price.batch_discount_percent,
             )
         )
     return PriceBook(

@@ -36,6 +36,8 @@ def worst_case(
     context_limit: int,
     rates: Rates,
     multiplier: int,
+    *,
+    batch: bool = False,
 ) -> int:
     """The most the request may cost: every prompt at the input price and, for each choice of
     each, `max_tokens` (or, without it, the rest of the context) at the output price."""
@@ -46,7 +48,7 @@ def worst_case(
         if per_choice is None:
             per_choice = max(context_limit - (count.tokens or 0), 0)
         completion = per_choice * request.n * count.prompts
-    return rates.worst_case(count.all_tokens or 0, completion, multiplier)
+    return rates.worst_case(count.all_tokens or 0, completion, multiplier, batch=batch)
 
 
 def served_rates(

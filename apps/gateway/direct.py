@@ -1,7 +1,7 @@
 """Requests asked for from inside the platform: the very pipeline /v1 runs (limits, content
 filter, routing, billing), for the portal's playground (chat completions for a key whose user is
-signed in, without the key's secret, which the platform never keeps) and for responses over a
-WebSocket (authenticated by the socket's handshake).
+signed in, without the key's secret, which the platform never keeps), for responses over a
+WebSocket (authenticated by the socket's handshake) and for a batch's lines (apps.batches).
 
 The request goes through the pipeline (apps.gateway.pipeline) over an in-process ASGI
 exchange, so nothing here can drift from what /v1 does; the caller reads the response as events.
@@ -64,23 +64,65 @@ async def chat_stream(
         yield event
 
 
-async def stream(
+@dataclass
+class Answer:
+    """An unstreamed request's answer: its status and body (the API's object, or its error)."""
+
+    status: int = 0
+    retry_after: float = 0.0
+    body: bytearray = field(default_factory=bytearray)
+
+
+async def call(
     endpoint: Endpoint,
     body: dict[str, Any],
     *,
+    key: KeyRecord,
     caller: dict[str, Any],
-    key: KeyRecord | None = None,
-    headers: Iterable[tuple[bytes, bytes]] = (),
-) -> AsyncIterator[tuple[Reply, dict[str, Any] | None]]:
-    """Run a streamed request to `endpoint` through the pipeline; yield (reply, event) for
-    every event's data, first (reply, None) once the status is known. The request acts for
-    `key` (a signed-in user's), or is authenticated by `headers` as /v1 would (the caller's
-    own Authorization header: a WebSocket's handshake)."""
+    batch_id: str,
+    request_id: str,
+) -> Answer:
+    """Run an unstreamed request to `endpoint` for `key` through the pipeline: a batch's line
+    (apps.batches), billed at the batch price and routed at the batch tier, under the request
+    id its batch gave the try."""
+    scope = await _scope(endpoint, caller, ())
+    payload = orjson.dumps(body)
+    sent_body = False
+
+    async def receive() -> dict[str, Any]:
+        nonlocal sent_body
+        if not sent_body:
+            sent_body = True
+            return {"type": "http.request", "body": payload, "more_body": False}
+        await asyncio.Future()  # the caller never leaves; cancelling the call stops it
+        raise AssertionError  # unreachable
+
+    answer = Answer()
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            answer.status = message["status"]
+            headers = dict(message.get("headers", []))
+            with contextlib.suppress(ValueError):
+                answer.retry_after = float(headers.get(b"retry-after", b"0"))
+        else:
+            answer.body.extend(message.get("body", b""))
+
+    state = CompletionState(
+        endpoint, scope, receive, send, key=key, batch_id=batch_id, request_id=request_id
+    )
+    await complete(state)
+    return answer
+
+
+async def _scope(
+    endpoint: Endpoint, caller: dict[str, Any], headers: Iterable[tuple[bytes, bytes]]
+) -> dict[str, Any]:
+    """The ASGI scope of an in-process POST to `endpoint`, from the caller's client."""
     runtime = await get_runtime()
     peer = caller.get("client")
     client = (client_address(caller, runtime.trusted_proxies), peer[1]) if peer else None
-    payload = orjson.dumps({**body, "stream": True})
-    scope = {
+    return {
         "type": "http",
         "asgi": {"version": "3.0"},
         "http_version": "1.1",
@@ -93,6 +135,22 @@ async def stream(
         "client": client,
         "server": None,
     }
+
+
+async def stream(
+    endpoint: Endpoint,
+    body: dict[str, Any],
+    *,
+    caller: dict[str, Any],
+    key: KeyRecord | None = None,
+    headers: Iterable[tuple[bytes, bytes]] = (),
+) -> AsyncIterator[tuple[Reply, dict[str, Any] | None]]:
+    """Run a streamed request to `endpoint` through the pipeline; yield (reply, event) for
+    every event's data, first (reply, None) once the status is known. The request acts for
+    `key` (a signed-in user's), or is authenticated by `headers` as /v1 would (the caller's
+    own Authorization header: a WebSocket's handshake)."""
+    scope = await _scope(endpoint, caller, headers)
+    payload = orjson.dumps({**body, "stream": True})
     left = asyncio.Event()
     sent_body = False
 

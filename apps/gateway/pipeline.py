@@ -42,6 +42,7 @@ from apps.gateway.runtime import GatewayRuntime, get_runtime
 from apps.gateway.schemas import Endpoint, parse_json
 from apps.gateway.settlement import usage_record
 from apps.gateway.state import CompletionState, reached
+from apps.keys.choices import PriorityTier
 from apps.keys.gate import KeyRecord, UsageStatus
 from apps.models.catalog import ModelEntry
 from apps.models.choices import ModelKind
@@ -225,7 +226,12 @@ def prepare(state: CompletionState, runtime: GatewayRuntime, data: dict[str, Any
     model = state.model = resolution.model
     limit = state.context_limit = resolution.context_limit
     state.preferred = resolution.preferred
-    state.priority = resolution.priority(reached(state.key, "auth").priority)
+    # A batch's requests run below every interactive tier, on capacity nobody else uses.
+    state.priority = (
+        PriorityTier.BATCH
+        if state.batch_id
+        else resolution.priority(reached(state.key, "auth").priority)
+    )
     _check_kind(model, request.endpoint)
     check_context_bound(model, request, limit)
     state.flags = screen_prompt(runtime.content_filter, request)
@@ -286,10 +292,11 @@ async def admit(state: CompletionState, runtime: GatewayRuntime) -> None:
     # The price book as the request found it: its cost is settled at these prices.
     state.prices = runtime.prices
     rates = state.rates = reservation_rates(state.prices, model, state.received_at)
+    multiplier = reached(state.key, "auth").price_multiplier
     admission = await reached(state.lease, "limits").admit(
         model=model.name,
         reserve=reservation(request, count, limit),
-        money=worst_case(request, count, limit, rates, reached(state.key, "auth").price_multiplier),
+        money=worst_case(request, count, limit, rates, multiplier, batch=bool(state.batch_id)),
         nonce=state.nonce,
     )
     state.reply.headers += admission.headers()

@@ -119,7 +119,8 @@ def _cost(state: CompletionState, prompt: int, cached: int, completion: int) -> 
         rates = (
             served_rates(state.prices, state.model, node.version_tag, state.received_at) or rates
         )
-    return rates.cost(prompt, cached, completion, reached(state.key, "auth").price_multiplier)
+    multiplier = reached(state.key, "auth").price_multiplier
+    return rates.cost(prompt, cached, completion, multiplier, batch=bool(state.batch_id))
 
 
 def usage_event(state: CompletionState, prompt: int, completion: int) -> UsageEvent:
@@ -159,4 +160,5 @@ def usage_event(state: CompletionState, prompt: int, completion: int) -> UsageEv
         client_request_id=state.client_request_id,
         trace_id=state.trace.trace_id,
         prepaid=key.prepaid,
+        batch_id=state.batch_id,
     )

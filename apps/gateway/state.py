@@ -73,15 +73,19 @@ class CompletionState:
         send,
         *,
         key: KeyRecord | None = None,
+        batch_id: str = "",
+        request_id: str = "",
     ) -> None:
         """`key`: the key a caller inside the platform acts for, its user already signed in
-        (the portal's playground); otherwise the request's bearer key decides."""
+        (the portal's playground) or its batch running (apps.batches); otherwise the request's
+        bearer key decides. `batch_id`: the batch the request is a line of, and `request_id`
+        the id its batch gave it (a try that goes again keeps its id)."""
         # As it came, and the API it speaks (its parsing, answers and errors).
         self.endpoint = endpoint
         self.dialect = dialect_for(endpoint)
         self.scope = scope
         self.receive = receive
-        self.request_id = new_request_id()
+        self.request_id = request_id or new_request_id()
         self.received_at = time.time()
         self.trace = tracing.start(endpoint, self.request_id)
         self.clock = self.trace.new_clock()
@@ -89,6 +93,7 @@ class CompletionState:
             send, request_id_headers(endpoint, self.request_id), self.dialect.error_body
         )
         self.client_request_id = ""
+        self.batch_id = batch_id
         # auth: the key, and a signing key's nonce.
         self.key = key
         self.nonce: str | None = None

@@ -18,7 +18,7 @@ from django.conf import settings
 from apps.billing.selectors import Statement
 
 COLUMNS = (
-    "line",  # model, total, or movement
+    "line",  # model, batch (a model's requests of batches), total, or movement
     "month",
     "model",  # the model's name; a movement's kind
     "requests",
@@ -59,7 +59,7 @@ def statement_csv(statement: Statement) -> str:
     for line in statement.lines:
         writer.writerow(
             [
-                "model",
+                "batch" if line.batch else "model",
                 month,
                 line.model,
                 line.requests,

@@ -17,7 +17,7 @@ from django.contrib import messages
 from django.contrib.auth.decorators import login_required
 from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse, StreamingHttpResponse
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse, StreamingHttpResponse
 from django.shortcuts import get_object_or_404, redirect, render
 from django.urls import reverse
 from django.utils import timezone
@@ -25,6 +25,7 @@ from django.utils.cache import add_never_cache_headers
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views.decorators.http import require_POST
 
+from apps.batches import selectors as batch_selectors
 from apps.billing import selectors as billing_selectors
 from apps.billing import services as billing_services
 from apps.billing.choices import BillingMode, MovementKind
@@ -53,6 +54,7 @@ from apps.portal.statements import statement_csv, statement_totals
 from apps.portal.templatetags.money import money_text
 from apps.portal.tenancy import current_membership, member_required, require_owner
 from apps.portal.usage_csv import usage_csv_lines
+from dmxplatform.errors import NotFoundError
 
 # The usage page's window: the charts and the table by key cover the last 30 UTC days.
 USAGE_DAYS = 30
@@ -251,6 +253,35 @@ def usage_export(request: HttpRequest) -> HttpResponse:
         f'attachment; filename="usage-{tenant.slug}-{since.isoformat()}-{until.isoformat()}.csv"'
     )
     return response
+
+
+# --- batches -----------------------------------------------------------------------------
+
+BATCHES_SHOWN = 50
+
+
+@member_required
+def batches(request: HttpRequest) -> HttpResponse:
+    """The tenant's latest batches (/v1/batches): progress, tokens, cost so far, and their
+    output and error files."""
+    tenant = request.membership.tenant
+    shown = list(batch_selectors.batches_of_tenant(tenant.id)[:BATCHES_SHOWN])
+    usage = billing_selectors.usage_of_batches(batch_ids=[batch.id for batch in shown])
+    rows = [
+        (batch, sum((node["cost"] or 0 for node in usage.get(batch.id, {}).values()), Decimal(0)))
+        for batch in shown
+    ]
+    return render(request, "portal/batches.html", {"rows": rows})
+
+
+@member_required
+def batch_file(request: HttpRequest, file_id: str) -> HttpResponse:
+    """A batch file of the tenant's, downloaded (another tenant's is not found)."""
+    try:
+        file = batch_selectors.file_get(file_id, request.membership.tenant.id)
+    except NotFoundError:
+        raise Http404 from None
+    return FileResponse(file.content.open("rb"), as_attachment=True, filename=file.filename)
 
 
 # --- billing -----------------------------------------------------------------------------

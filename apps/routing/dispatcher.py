@@ -33,6 +33,7 @@ from django.conf import settings
 from redis.asyncio import Redis
 
 from apps.hardware.nodestate import NodeSnapshot, fleet_key
+from apps.keys.choices import PriorityTier
 from apps.keys.gate import MODEL_CHARS
 from apps.models.catalog import Catalog, ModelEntry
 from apps.models.errors import ModelsErrorCode
@@ -348,13 +349,21 @@ class Dispatch:
 
     async def _pick(self, tried: list[int]) -> NodeSnapshot | None:
         """Decide a node other than those tried; while the model is saturated, wait for room in
-        the priority queue, up to DMX_ADMISSION_TIMEOUT_SECONDS (then 503)."""
+        the priority queue, up to DMX_ADMISSION_TIMEOUT_SECONDS (DMX_BATCH_WAIT_SECONDS for a
+        batch's line; then 503)."""
         dispatcher, request, clock = self._dispatcher, self.request, self._clock
         model, priority = request.model.name, request.priority
         if tried:
             clock.mark(Stage.CONNECT)  # the try that failed
         exclude = list(tried)
-        deadline = time.monotonic() + settings.DMX_ADMISSION_TIMEOUT_SECONDS
+        # A batch's line waits for spare capacity as long as a batch may (its worker sends no
+        # more than DMX_BATCH_CONCURRENCY at once): refused, it would only be sent again.
+        wait = (
+            settings.DMX_BATCH_WAIT_SECONDS
+            if priority == PriorityTier.BATCH
+            else settings.DMX_ADMISSION_TIMEOUT_SECONDS
+        )
+        deadline = time.monotonic() + wait
         waited_from = time.monotonic()
         # Someone of this tier or higher waits already: take a place behind them.
         must_wait = dispatcher.queues.ahead_of(model, priority)

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from django.conf import settings
 
 from apps.hardware.nodestate import NodeSnapshot
+from apps.keys.choices import PriorityTier
 from apps.models.catalog import ModelEntry
 from apps.routing.breaker import CLOSED, BreakerBoard, BreakerState
 from apps.routing.fleet import FleetSnapshot, FleetView
@@ -86,7 +87,8 @@ PREFIX_BLOCK_TOKENS = GROUP_TOKENS
 _MASK64 = (1 << 64) - 1
 SATURATED = "saturated"
 # Refusals that pass once running requests finish: the request queues for them.
-_SOON = frozenset({SATURATED, "kv_cache"})
+SPARE = "spare"
+_SOON = frozenset({SATURATED, "kv_cache", SPARE})
 # Refusals of nodes that would not serve it anyway (another version, out of service, a context
 # too short for this request): others that will serve it soon make the request wait for them.
 CONTEXT = "context"
@@ -192,6 +194,8 @@ class Thresholds:
     bandwidth_knee: float
     affinity_max_queue: int
     breaker_cooldown: float
+    batch_kv_cache: float
+    batch_busy: float
 
     @classmethod
     def from_settings(cls) -> Thresholds:
@@ -203,6 +207,8 @@ class Thresholds:
             bandwidth_knee=settings.DMX_ROUTE_BANDWIDTH_KNEE,
             affinity_max_queue=settings.DMX_ROUTE_AFFINITY_MAX_QUEUE,
             breaker_cooldown=settings.DMX_BREAKER_COOLDOWN_SECONDS,
+            batch_kv_cache=settings.DMX_BATCH_MAX_KV_CACHE,
+            batch_busy=settings.DMX_BATCH_MAX_BUSY,
         )
 
 
@@ -338,6 +344,22 @@ def _not_saturated(ctx: _Context, node: NodeSnapshot) -> bool:
     return queued < ctx.limits.saturation_queue
 
 
+def _spare(ctx: _Context, node: NodeSnapshot) -> bool:
+    """A batch's request goes only to capacity no one else uses: nothing waiting in the
+    engine's queue, its KV cache and its running batch well short of full. Refused, it waits
+    in the priority queue behind every interactive tier; the node's other requests never wait
+    for it."""
+    if ctx.request.priority > PriorityTier.BATCH:
+        return True
+    engine, limits = node.engine, ctx.limits
+    busy = max(engine.num_requests_running, ctx.fleet.in_flight(node.id))
+    return (
+        engine.num_requests_waiting == 0
+        and engine.kv_cache_usage < limits.batch_kv_cache
+        and busy < max(node.max_num_seqs, 1) * limits.batch_busy
+    )
+
+
 def _queue_score(ctx: _Context, node: NodeSnapshot) -> float:
     predicted = ctx.predicted[node.id]  # decide() predicts every eligible node when this runs
     return (ctx.best_predicted + PREDICTION_SLACK_SECONDS) / (predicted + PREDICTION_SLACK_SECONDS)
@@ -364,6 +386,7 @@ REQUEST_FILTERS: tuple[tuple[str, Filter], ...] = (
     ("version", _version),
     (CONTEXT, _context),
     (SATURATED, _not_saturated),
+    (SPARE, _spare),
 )
 REQUEST_SCORERS: tuple[tuple[str, Scorer], ...] = (
     ("queue", _queue_score),

@@ -36,7 +36,7 @@ COPY apps apps
 COPY inference inference
 COPY templates templates
 RUN python -m venv /opt/venv \
-    && /opt/venv/bin/pip install --no-cache-dir -c requirements/lock.txt -e '.[tracing]'
+    && /opt/venv/bin/pip install --no-cache-dir -c requirements/lock.txt -e '.[tracing,s3]'
 
 FROM ${PYTHON_IMAGE} AS runtime
 # The uid the Kubernetes manifests run as (runAsUser); no login shell, no home to write secrets to.

@@ -4,6 +4,7 @@ from dmxplatform.settings.accounts import *  # noqa: F403
 from dmxplatform.settings.api import *  # noqa: F403
 from dmxplatform.settings.audit import *  # noqa: F403
 from dmxplatform.settings.base import *  # noqa: F403
+from dmxplatform.settings.batches import *  # noqa: F403
 from dmxplatform.settings.billing import *  # noqa: F403
 from dmxplatform.settings.celery import *  # noqa: F403
 from dmxplatform.settings.database import *  # noqa: F403

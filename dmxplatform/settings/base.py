@@ -47,6 +47,7 @@ INSTALLED_APPS = [
     "apps.hardware",
     "apps.routing",
     "apps.gateway",
+    "apps.batches",
     "apps.portal",
     "apps.console",
     "config.apps.PlatformConfig",  # the composition root's commands (dmx_demo)

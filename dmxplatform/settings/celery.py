@@ -3,6 +3,7 @@
 from celery.schedules import crontab
 
 from dmxplatform.env import env_float, env_int, env_str
+from dmxplatform.settings.batches import DMX_BATCH_TICK_SECONDS
 from dmxplatform.settings.redis import REDIS_URL
 
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", REDIS_URL)
@@ -82,6 +83,14 @@ CELERY_BEAT_SCHEDULE = {
     "billing-alerts": {
         "task": "apps.billing.tasks.billing_alerts_task",
         "schedule": DMX_BILLING_ALERTS_SECONDS,
+    },
+    "batches-work": {
+        "task": "apps.batches.tasks.batches_work_task",
+        "schedule": DMX_BATCH_TICK_SECONDS,
+    },
+    "batch-files-purge": {
+        "task": "apps.batches.tasks.batch_files_purge_task",
+        "schedule": crontab(hour=3, minute=55),
     },
     "billing-ledger-check": {
         "task": "apps.billing.tasks.billing_ledger_check_task",

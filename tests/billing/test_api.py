@@ -521,6 +521,7 @@ def test_the_statement_adds_up_usage_per_model_and_movements_by_kind(owner, stra
         "lines": [
             {
                 "model": "stmt-a",
+                "batch": False,
                 "requests": 2,
                 "prompt_tokens": 150,
                 "cached_tokens": 10,
@@ -529,6 +530,7 @@ def test_the_statement_adds_up_usage_per_model_and_movements_by_kind(owner, stra
             },
             {
                 "model": "stmt-b",
+                "batch": False,
                 "requests": 1,
                 "prompt_tokens": 7,
                 "cached_tokens": 7,

@@ -5,9 +5,11 @@ import io
 import orjson
 import pytest
 from django.db import OperationalError
+from django.utils import timezone
 
 from apps.billing import ledger
-from apps.billing.models import UsageRecord
+from apps.billing.models import UsageDaily, UsageRecord
+from apps.billing.selectors import statement_of
 from apps.billing.services import usage as usage_services
 from apps.billing.services import usage_flush
 from dmxplatform import streams
@@ -164,4 +166,23 @@ def test_logged_unrecorded_events_are_replayed_once(tmp_path):
     assert [(r.request_id, r.completion_tokens) for r in rows] == [
         (lost.request_id, 3),
         (arrived.request_id, 7),
+    ]
+
+
+def test_a_batchs_requests_are_rolled_up_and_stated_apart_and_a_request_id_is_stored_once():
+    key, _ = make_api_key()
+    interactive = event(key, cost_micros=1_000)
+    first = event(key, batch_id="batch_1", cost_micros=500)
+    # The same try of a batch line settled twice (its worker lost between its settle and its
+    # answer being kept): the ledger keeps one.
+    again = event(key, request_id=first.request_id, batch_id="batch_1", cost_micros=500)
+    append(interactive, first, again)
+    assert usage_flush() == 3
+    assert UsageRecord.objects.filter(batch_id="batch_1").count() == 1
+    days = UsageDaily.objects.filter(api_key=key).order_by("batch")
+    assert [(d.batch, d.requests) for d in days] == [(False, 1), (True, 1)]
+    lines = statement_of(tenant_id=key.tenant_id, month=timezone.now().date()).lines
+    assert [(line.model, line.batch, str(line.cost)) for line in lines] == [
+        ("m", False, "0.001000"),
+        ("m", True, "0.000500"),
     ]

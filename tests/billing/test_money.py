@@ -60,3 +60,32 @@ def test_stored_amounts_and_micro_units_convert_exactly():
     assert from_micros(12_345_678) == Decimal("12.345678")
     with pytest.raises(ValueError):
         to_micros(Decimal("0.0000001"))
+
+
+def test_a_batch_request_pays_its_share_of_the_price_in_the_same_single_rounding():
+    half = Rates(input=150_000, cached_input=75_000, output=600_000, batch_percent=50)
+    assert half.cost(1_000, 400, 500, FULL, batch=True) == 210  # 420 at full price
+    assert half.cost(1_000, 400, 500, FULL) == 420  # interactive: the full price
+    assert half.cost(1_000, 400, 500, 8_000, batch=True) == 168  # a plan at 0.8 too
+    one = Rates(input=1, cached_input=1, output=1, batch_percent=50)
+    # 1.5 micro-units at full price; 0.75 at half, rounded once to 1 (not 2 halved to 1.0
+    # and not 1.5 rounded to 2 then halved).
+    assert one.cost(1_500_000, 0, 0, FULL, batch=True) == 1
+    assert one.cost(1_000_000, 0, 0, FULL, batch=True) == 0  # 0.5: to the even 0
+
+
+@given(
+    prompt=st.integers(0, 2_000_000),
+    cached=st.integers(0, 2_000_000),
+    completion=st.integers(0, 2_000_000),
+    percent=st.integers(0, 100),
+)
+def test_a_batch_reservation_covers_its_batch_cost(prompt, cached, completion, percent):
+    rates = Rates(input=150_000, cached_input=75_000, output=600_000, batch_percent=percent)
+    worst = rates.worst_case(prompt, completion, FULL, batch=True)
+    assert rates.cost(prompt, cached, completion, FULL, batch=True) <= worst
+    assert worst <= rates.worst_case(prompt, completion, FULL)
+
+
+def test_a_reservation_over_versions_takes_the_highest_batch_share():
+    assert Rates.most([Rates(1, 1, 1, 50), Rates(1, 1, 1, 70)]).batch_percent == 70

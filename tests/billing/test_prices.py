@@ -67,8 +67,9 @@ def test_a_price_change_bills_each_moment_at_its_own_price(settings):
     book = price_book_load()
     old = book.rates(version.id, change_at.timestamp() - 1)
     new = book.rates(version.id, change_at.timestamp())
-    assert old == Rates(input=1_000_000, cached_input=500_000, output=2_000_000)
-    assert new == Rates(input=3_000_000, cached_input=3_000_000, output=4_000_000)
+    # A batch pays half of each (batch_discount_percent's default).
+    assert old == Rates(input=1_000_000, cached_input=500_000, output=2_000_000, batch_percent=50)
+    assert new == Rates(input=3_000_000, cached_input=3_000_000, output=4_000_000, batch_percent=50)
     # The same 1,000 + 1,000 tokens: 0.003000 before, 0.007000 after.
     assert (old.cost(1000, 0, 1000, 10_000), new.cost(1000, 0, 1000, 10_000)) == (3_000, 7_000)
     assert book.rates(version.id, version.created_at.timestamp() - 3600) is None

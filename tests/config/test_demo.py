@@ -2,10 +2,14 @@
 created once, and an operator's later change of it kept."""
 
 import json
+import time
 
 import pytest
 from django.core.management import call_command
 
+from apps.billing.pricing import price_book_load
+from apps.models.choices import ModelKind
+from apps.models.models import LlmModel
 from apps.routing.models import RoutingRule
 from apps.routing.selectors import routing_table_load
 from config.demo import DEMO_ALIAS
@@ -54,3 +58,12 @@ def test_a_rules_tier_is_in_the_routing_table(capsys):
     request_id = "req_" + "0" * 32
     assert table.resolve(DEMO_ALIAS, "code", request_id).tier == 0
     assert table.resolve(DEMO_ALIAS, "chat", request_id).tier is None
+
+
+def test_the_embedding_model_is_priced_so_that_its_requests_are_billed(capsys):
+    """dev.sh's embeddings example was once refused with model_not_priced."""
+    demo(capsys, "--embed-model-name", "dmx-tiny-embed")
+    model = LlmModel.objects.get(name="dmx-tiny-embed")
+    assert model.kind == ModelKind.EMBED
+    book = price_book_load()
+    assert all(book.rates(v.id, time.time()) for v in model.versions.all())

@@ -6,6 +6,7 @@ from collections import Counter
 
 import pytest
 
+from apps.keys.choices import PriorityTier
 from apps.models.catalog import VersionEntry
 from apps.routing.breaker import Breaker
 from apps.routing.router import cost_per_1k_tokens, mix64, split_bucket, version_pools
@@ -288,3 +289,31 @@ def test_trace_names_every_step():
         "affinity",
         "hardware",
     }
+
+
+@pytest.mark.parametrize(
+    ("load", "spare"),
+    [
+        ({}, True),
+        ({"num_requests_waiting": 1}, False),  # anyone waits: no spare capacity
+        ({"kv_cache_usage": 0.6}, False),  # DMX_BATCH_MAX_KV_CACHE
+        ({"kv_cache_usage": 0.59}, True),
+        ({"num_requests_running": 8}, False),  # half of its 16 sequences (DMX_BATCH_MAX_BUSY)
+        ({"num_requests_running": 7}, True),
+    ],
+)
+def test_a_batch_request_goes_only_to_spare_capacity_and_waits_for_it(load, spare):
+    node = make_snapshot(name="node", max_num_seqs=16, **load)
+    router = make_router(node)
+    batch = router.decide(route_request(priority=PriorityTier.BATCH))
+    assert verdicts(batch) == {"node": None if spare else "spare"}
+    assert batch.saturated is not spare  # refused, it waits in the queue for room
+    # An interactive request on the same node is not held to it.
+    assert verdicts(router.decide(route_request())) == {"node": None}
+
+
+def test_a_batch_request_counts_what_this_process_has_in_flight_on_the_node():
+    node = make_snapshot(name="node", max_num_seqs=16)
+    router = make_router(node)
+    occupy(router.fleet, node, 8)
+    assert verdicts(router.decide(route_request(priority=PriorityTier.BATCH))) == {"node": "spare"}

@@ -421,6 +421,7 @@ class StatementQuery(serializers.Serializer):
 
 class StatementLineOutput(serializers.Serializer):
     model = serializers.CharField()
+    batch = serializers.BooleanField(help_text="Requests of batches, at the batch price.")
     requests = serializers.IntegerField()
     prompt_tokens = serializers.IntegerField(help_text="Cached tokens included.")
     cached_tokens = serializers.IntegerField()

@@ -18,6 +18,7 @@ from apps.billing.selectors.accounts import movements_of
 @dataclass(frozen=True, slots=True)
 class StatementLine:
     model: str
+    batch: bool  # requests of batches, at the batch price
     requests: int
     prompt_tokens: int
     cached_tokens: int
@@ -45,7 +46,7 @@ def statement_of(*, tenant_id: int, month: date) -> Statement:
     start, end = month_bounds(month)
     rows = (
         UsageDaily.objects.filter(tenant_id=tenant_id, day__gte=start, day__lt=end)
-        .values("model")
+        .values("model", "batch")
         .annotate(
             n=Coalesce(Sum("requests"), 0),
             prompt=Coalesce(Sum("prompt_tokens"), 0),
@@ -53,11 +54,12 @@ def statement_of(*, tenant_id: int, month: date) -> Statement:
             completion=Coalesce(Sum("completion_tokens"), 0),
             cost_sum=Coalesce(Sum("cost"), Decimal(0)),
         )
-        .order_by("model")
+        .order_by("model", "batch")
     )
     lines = [
         StatementLine(
             model=row["model"],
+            batch=row["batch"],
             requests=row["n"],
             prompt_tokens=row["prompt"],
             cached_tokens=row["cached"],

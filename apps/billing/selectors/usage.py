@@ -6,6 +6,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 from django.db import connections
 from django.db.models import Count, F, OuterRef, Q, QuerySet, Subquery, Sum
@@ -342,3 +343,23 @@ def usage_by_intent(
         ),
         key=lambda figures: (-figures.requests, figures.intent),
     )
+
+
+def usage_of_batches(*, batch_ids: list[str]) -> dict[str, dict[str, dict[str, Any]]]:
+    """What the batches' requests used and cost so far, per batch and node: requests, tokens
+    and cost from their usage records (those the flush has stored)."""
+    rows = (
+        UsageRecord.objects.filter(batch_id__in=batch_ids)
+        .values("batch_id", "node")
+        .annotate(
+            requests=Count("id"),
+            prompt_tokens=Sum("prompt_tokens"),
+            completion_tokens=Sum("completion_tokens"),
+            cost=Sum("cost"),
+        )
+        .order_by("batch_id", "node")
+    )
+    found: dict[str, dict[str, dict[str, Any]]] = {}
+    for row in rows:
+        found.setdefault(row.pop("batch_id"), {})[row.pop("node") or "-"] = row
+    return found

@@ -56,27 +56,31 @@ def _usage_row(event: ledger.UsageEvent) -> UsageRecord:
         timings=event.timings,
         client_request_id=event.client_request_id,
         trace_id=event.trace_id,
+        batch_id=event.batch_id,
     )
 
 
 def _usage_rollup(rows: list[UsageRecord]) -> None:
-    """Add rows to their (day, key, model) totals; runs in the rows' own transaction."""
+    """Add rows to their (day, key, model, batch or not) totals; runs in the rows' own
+    transaction."""
     totals: dict[tuple, dict[str, Any]] = defaultdict(lambda: dict.fromkeys(_ROLLED_UP, 0))
     for row in rows:
-        total = totals[(row.created_at.date(), row.api_key_id, row.tenant_id, row.model)]
+        total = totals[
+            (row.created_at.date(), row.api_key_id, row.tenant_id, row.model, bool(row.batch_id))
+        ]
         total["requests"] += 1
         total["errors"] += row.status != UsageStatus.OK
         total["prompt_tokens"] += row.prompt_tokens
         total["cached_tokens"] += row.cached_tokens
         total["completion_tokens"] += row.completion_tokens
         total["cost"] += row.cost
-    for (day, key_id, tenant_id, model), total in totals.items():
-        updated = UsageDaily.objects.filter(day=day, api_key_id=key_id, model=model).update(
-            **{name: F(name) + value for name, value in total.items()}
-        )
+    for (day, key_id, tenant_id, model, batch), total in totals.items():
+        updated = UsageDaily.objects.filter(
+            day=day, api_key_id=key_id, model=model, batch=batch
+        ).update(**{name: F(name) + value for name, value in total.items()})
         if not updated:
             UsageDaily.objects.create(
-                day=day, api_key_id=key_id, tenant_id=tenant_id, model=model, **total
+                day=day, api_key_id=key_id, tenant_id=tenant_id, model=model, batch=batch, **total
             )
 
 

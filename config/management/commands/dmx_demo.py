@@ -22,6 +22,9 @@ class Command(BaseCommand):
             default="",
             help="a second model of the same weights that the alias `auto` sends code to",
         )
+        parser.add_argument(
+            "--embed-model-name", default="", help="an embedding model of the same weights"
+        )
 
     def handle(self, *args, **options) -> None:
         credentials = demo_setup(
@@ -30,5 +33,6 @@ class Command(BaseCommand):
             source=options["source"],
             max_context_tokens=options["max_context_tokens"],
             code_model_name=options["code_model_name"],
+            embed_model_name=options["embed_model_name"],
         )
         self.stdout.write(json.dumps(asdict(credentials)))
