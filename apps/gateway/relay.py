@@ -45,7 +45,11 @@ async def forward(state: CompletionState, runtime: GatewayRuntime) -> None:
             request_id=state.request_id,
             model=reached(state.model, "resolve"),
             prompt_tokens=state.estimated_tokens or 0,
-            completion_tokens=request.max_tokens or 0,
+            # The completion routing predicts from the ledger (apps.routing.work), capped by
+            # max_tokens; billing reserved max_tokens whole.
+            max_tokens=request.max_tokens,
+            intent=state.intent,
+            key_id=reached(state.key, "auth").id,
             priority=priority,
             affinity=affinity_key(request),
             preferred_profiles=state.preferred,

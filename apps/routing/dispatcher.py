@@ -290,7 +290,7 @@ class Dispatch:
             ticket = self._ticket = dispatcher.fleet.begin(
                 node.id,
                 prompt_tokens=self.request.prompt_tokens,
-                completion_tokens=self.request.completion_tokens,
+                completion_tokens=self.request.decode_tokens,
                 blocks=self.request.prefix_blocks,
             )
             prefill_due = None
@@ -335,7 +335,7 @@ class Dispatch:
             raise InvalidRequestError(
                 f"No server of model `{self.asked}` has the context for this request: the "
                 f"longest holds {decision.longest_context} tokens, and the request needs "
-                f"{self.request.prompt_tokens + self.request.completion_tokens} (prompt and "
+                f"{self.request.prompt_tokens + (self.request.max_tokens or 0)} (prompt and "
                 "completion). Please reduce the length of the prompt or completion.",
                 param=self.request.prompt_param,
                 code=RoutingErrorCode.CONTEXT_LENGTH_EXCEEDED,

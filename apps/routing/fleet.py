@@ -27,6 +27,17 @@ class NodeWork:
     prefilling: int = 0  # requests among them without a first token yet
     prefill_tokens: int = 0
     decode_tokens: int = 0
+    # Since the node's last heartbeat: requests begun less ended, begun less prefilled. What
+    # the heartbeat counted of ours is what is in flight now less these.
+    new_requests: int = 0
+    new_prefilling: int = 0
+
+    def at_heartbeat(self) -> tuple[int, int]:
+        """Of this process's requests, how many the node's last heartbeat counted, and how
+        many of those it counted as not yet prefilled."""
+        return max(self.requests - self.new_requests, 0), max(
+            self.prefilling - self.new_prefilling, 0
+        )
 
 
 @dataclass(slots=True)
@@ -100,7 +111,12 @@ class FleetView:
 
     def replace(self, raw: dict[bytes, bytes]) -> None:
         """Swap in the nodes read from the fleet hash."""
+        previous = self.snapshot.by_id
         self.snapshot = FleetSnapshot.decode(raw)
+        for node_id, work in self.work.items():
+            node, before = self.snapshot.by_id.get(node_id), previous.get(node_id)
+            if node is not None and (before is None or before.heartbeat_at != node.heartbeat_at):
+                work.new_requests = work.new_prefilling = 0
 
     def get(self, node_id: int) -> NodeSnapshot | None:
         """A node's latest state, as of the last refresh."""
@@ -162,6 +178,8 @@ class FleetView:
         work = self.work[node_id]
         work.requests += 1
         work.prefilling += 1
+        work.new_requests += 1
+        work.new_prefilling += 1
         work.prefill_tokens += prompt_tokens
         work.decode_tokens += completion_tokens
         if blocks:
@@ -179,12 +197,14 @@ class FleetView:
             ticket.prefilled = True
             work = self.work[ticket.node_id]
             work.prefilling -= 1
+            work.new_prefilling -= 1
             work.prefill_tokens -= ticket.prompt_tokens
 
     def end(self, ticket: Ticket) -> None:
         self.prefilled(ticket)
         work = self.work[ticket.node_id]
         work.requests -= 1
+        work.new_requests -= 1
         work.decode_tokens -= ticket.completion_tokens
 
     def cached_blocks(self, node_id: int, blocks) -> int:

@@ -46,6 +46,7 @@ from apps.models.catalog import ModelEntry
 from apps.routing.breaker import CLOSED, BreakerBoard, BreakerState
 from apps.routing.fleet import FleetSnapshot, FleetView
 from apps.routing.stats import GatewayStats
+from apps.routing.work import WorkTable
 from inference.hardware.profiles import profile_named, serving_rates
 from inference.prefix_cache import GROUP_TOKENS, chain_hashes
 
@@ -64,14 +65,22 @@ UNKNOWN_PROMPT_TOKENS = 1_024
 # share of every decode step: it counts as this share of an unknown prompt.
 UNKNOWN_RUNNING_SHARE = 0.5
 # Predicted waits shorter than this barely differ for a user: the queue score compares
-# (best + slack) with (this node's + slack), so small loads spread as before.
-PREDICTION_SLACK_SECONDS = 0.5
+# (best + slack) with (this node's + slack), so small loads spread as before. A tenth of a
+# second: a chunked prefill step of a short prompt takes about that on an A100.
+PREDICTION_SLACK_SECONDS = 0.1
 # The queue score weighs a second of predicted decoding this much against a second of waiting for
-# the first token: a user sees the first token's delay whole, and a slow stream less, but a node
-# that decodes ten times slower still holds its requests (and their KV cache) ten times longer.
-# On the Mooncake replay (README), at 95% load: 0.25 gives TTFT p95 3.03 s, e2e p99 12.2 s; 1.0
-# gives 3.65 and 11.5 s; 0.5 keeps both near their best, 3.19 and 11.5 s.
-DECODE_SECONDS_WEIGHT = 0.5
+# the first token: a user sees the first token's delay whole, and a slow stream far less; the
+# term only keeps a long predicted generation off a node that decodes many times slower (an L4's
+# 13 tokens/s against an H100's 70). Chosen on the replay's tuning slices (README: Mooncake's
+# requests 3,000-3,999 and Azure's 2,000-3,499; figures are reported on other slices): 0.5 and
+# 0.1 cost the first token whole seconds at 80-95% load (a busy A100's stream slows to 18
+# tokens/s while it prefills, and the term sent its short prompts to queue on H100s); 0.01 kept
+# the best TTFT p95 and, against 0, the lower end-to-end p95 on Mooncake's long prompts.
+DECODE_SECONDS_WEIGHT = 0.01
+# The share of a node's KV cache (as its profile predicts it) the wait model counts on: the
+# engine's real pool is smaller by its activation reserve and CUDA graphs (an L4 holds about 20%
+# fewer tokens than memory less weights says), and running requests grow as they decode.
+KV_USABLE_SHARE = 1.0
 # The affinity of a prompt no node holds any of for the node its hash makes its home: going
 # there saves nothing now (only later prompts sharing it find it there), so the home breaks
 # near-ties between nodes and never outweighs a shorter predicted wait elsewhere.
@@ -100,8 +109,15 @@ class RouteRequest:
     request_id: str
     model: ModelEntry
     prompt_tokens: int
-    completion_tokens: int
+    # Tokens it will likely generate: the router predicts them (WorkTable.predict) when None.
+    completion_tokens: int | None = None
     priority: int = 1
+    # The client's cap on the completion (None: none sent): the context it needs on a node,
+    # and the most the prediction may say.
+    max_tokens: int | None = None
+    # What the prediction is looked up by: the request's intent and its key.
+    intent: str = ""
+    key_id: int | None = None
     affinity: int | None = None
     preferred_profiles: frozenset[str] = frozenset()
     # The prompt's token ids, where the model's tokenizer counted them (a single prompt), and
@@ -118,6 +134,11 @@ class RouteRequest:
     def __post_init__(self) -> None:
         if self.prompt_ids and not self.prefix_blocks:
             self.prefix_blocks = chain_hashes(self.prompt_ids)
+
+    @property
+    def decode_tokens(self) -> int:
+        """The predicted completion (0 before the router predicted it)."""
+        return self.completion_tokens or 0
 
 
 @dataclass(slots=True)
@@ -192,7 +213,6 @@ class Thresholds:
     derate_temperature: float
     saturation_queue: int
     bandwidth_knee: float
-    affinity_max_queue: int
     breaker_cooldown: float
     batch_kv_cache: float
     batch_busy: float
@@ -205,7 +225,6 @@ class Thresholds:
             derate_temperature=settings.DMX_ROUTE_DERATE_TEMPERATURE_C,
             saturation_queue=settings.DMX_ROUTE_SATURATION_QUEUE,
             bandwidth_knee=settings.DMX_ROUTE_BANDWIDTH_KNEE,
-            affinity_max_queue=settings.DMX_ROUTE_AFFINITY_MAX_QUEUE,
             breaker_cooldown=settings.DMX_BREAKER_COOLDOWN_SECONDS,
             batch_kv_cache=settings.DMX_BATCH_MAX_KV_CACHE,
             batch_busy=settings.DMX_BATCH_MAX_BUSY,
@@ -237,6 +256,7 @@ class _Context:
     latency: dict[int, float | None] = field(default_factory=dict)
     cost: dict[int, float | None] = field(default_factory=dict)
     ttft: dict[int, float] = field(default_factory=dict)  # predicted seconds to first token
+    wait: dict[int, float] = field(default_factory=dict)  # of them, before its prefill starts
     predicted: dict[int, float] = field(default_factory=dict)  # ttft plus weighted decode
     matched: dict[int, int] = field(default_factory=dict)  # leading prefix blocks per node
     best_predicted: float = 0.0
@@ -332,7 +352,8 @@ def _version(ctx: _Context, node: NodeSnapshot) -> bool:
 
 def _context(ctx: _Context, node: NodeSnapshot) -> bool:
     request = ctx.request
-    return request.prompt_tokens + request.completion_tokens <= node.max_model_len
+    # The engine refuses a prompt whose max_tokens would not fit (without one, it needs a token).
+    return request.prompt_tokens + (request.max_tokens or 1) <= node.max_model_len
 
 
 def _not_saturated(ctx: _Context, node: NodeSnapshot) -> bool:
@@ -366,14 +387,30 @@ def _queue_score(ctx: _Context, node: NodeSnapshot) -> float:
 
 
 def _affinity_score(ctx: _Context, node: NodeSnapshot) -> float:
+    """The share of the prompt the node holds, weighed by what it saves against what the node
+    makes the request wait: a cached prefix saves its prefill time, which counts for little on
+    a node whose queue or full KV cache holds the request longer than that."""
     blocks = ctx.request.prefix_blocks
     if blocks and ctx.affinity_node is None:
-        if ctx.fleet.queued(node) >= ctx.limits.affinity_max_queue:
+        matched = ctx.matched[node.id]
+        if not matched:
             return 0.0
-        return ctx.matched[node.id] / len(blocks)
-    if node.id != ctx.affinity_node or ctx.fleet.queued(node) >= ctx.limits.affinity_max_queue:
+        rates = node_rates(ctx.fleet, node)
+        saved = min(matched * PREFIX_BLOCK_TOKENS, ctx.request.prompt_tokens) / rates.prefill
+        return matched / len(blocks) * saved / (saved + _wait(ctx, node))
+    if node.id != ctx.affinity_node:
         return 0.0
-    return NEW_PROMPT_HOME_SCORE if blocks else 1.0
+    # A home (no node holds any of the prompt yet) saves nothing now: it yields to any wait.
+    damping = PREDICTION_SLACK_SECONDS / (PREDICTION_SLACK_SECONDS + _wait(ctx, node))
+    return (NEW_PROMPT_HOME_SCORE if blocks else 1.0) * damping
+
+
+def _wait(ctx: _Context, node: NodeSnapshot) -> float:
+    """The node's predicted wait before the request's own prefill starts."""
+    wait = ctx.wait.get(node.id)
+    if wait is None:
+        wait = ctx.wait[node.id] = predicted_wait(ctx.fleet, node, ctx.request)
+    return wait
 
 
 def _hardware_score(ctx: _Context, node: NodeSnapshot) -> float:
@@ -404,9 +441,10 @@ def node_latency_p95(stats: GatewayStats, node: NodeSnapshot) -> float | None:
 
 
 @functools.cache
-def profile_rates(profile: str | None, gpu_count: int) -> tuple[float, float]:
-    """Prefill tokens per second and decode steps per second of the reference model on a node
-    of this hardware profile, from its datasheet figures (a fallback for unknown hardware)."""
+def profile_rates(profile: str | None, gpu_count: int) -> tuple[float, float, int]:
+    """Prefill tokens per second, decode steps per second and KV-cache tokens of the reference
+    model on a node of this hardware profile, from its datasheet figures (a fallback for unknown
+    hardware, whose KV cache is unknown: 0)."""
     found = profile_named(profile) if profile else None
     rates = found and serving_rates(
         found,
@@ -415,14 +453,15 @@ def profile_rates(profile: str | None, gpu_count: int) -> tuple[float, float]:
         gpu_count=max(gpu_count, 1),
     )
     if rates is None:
-        return FALLBACK_PREFILL_TOKENS_PER_SECOND, FALLBACK_DECODE_STEPS_PER_SECOND
-    return rates.prefill_tokens_per_second, rates.decode_steps_per_second
+        return FALLBACK_PREFILL_TOKENS_PER_SECOND, FALLBACK_DECODE_STEPS_PER_SECOND, 0
+    return rates.prefill_tokens_per_second, rates.decode_steps_per_second, rates.kv_cache_tokens
 
 
 @dataclass(frozen=True, slots=True)
 class NodeRates:
     prefill: float  # prompt tokens per second
     decode: float  # tokens per second, per sequence
+    kv_tokens: int  # tokens its KV cache holds
 
 
 def node_rates(fleet: FleetView, node: NodeSnapshot) -> NodeRates:
@@ -441,7 +480,7 @@ def node_rates(fleet: FleetView, node: NodeSnapshot) -> NodeRates:
 
 def _node_rates(fleet: FleetView, node: NodeSnapshot) -> NodeRates:
     engine = node.engine
-    profile_prefill, profile_decode = profile_rates(node.profile, node.gpu_count)
+    profile_prefill, profile_decode, kv_tokens = profile_rates(node.profile, node.gpu_count)
     expected = profile_prefill * _prefill_scale(fleet, node.model)
     prefill = engine.prefill_tokens_per_second
     if prefill <= 0:
@@ -451,7 +490,9 @@ def _node_rates(fleet: FleetView, node: NodeSnapshot) -> NodeRates:
     decode = engine.decode_tokens_per_second
     if decode <= 0:
         decode = profile_decode
-    return NodeRates(prefill=prefill, decode=decode)
+    # Unknown hardware: at least one request of the node's longest context fits (vLLM
+    # refuses to start otherwise).
+    return NodeRates(prefill=prefill, decode=decode, kv_tokens=max(kv_tokens, node.max_model_len))
 
 
 def _prefill_scale(fleet: FleetView, model: str) -> float:
@@ -473,24 +514,71 @@ def _prefill_scale(fleet: FleetView, model: str) -> float:
 def predicted_ttft(
     fleet: FleetView, node: NodeSnapshot, request: RouteRequest, matched: int | None = None
 ) -> float:
-    """Seconds until the request's first token on the node: the prompt tokens queued ahead of
-    it (what this process sent and has no first token for, plus the engine's other waiting
-    requests at an assumed size) and its own uncached tokens, at the node's prefill rate."""
-    work = fleet.work.get(node.id)
-    tracked, prefilling, queued = (
-        (work.requests, work.prefilling, work.prefill_tokens) if work else (0, 0, 0)
-    )
-    # The engine's requests that are not ours (ours it counts too, once its heartbeat is newer
-    # than them): the waiting ones whole, the running ones at a share.
-    engine = node.engine
-    others = max(engine.num_requests_running + engine.num_requests_waiting - tracked, 0)
-    others_waiting = min(others, max(engine.num_requests_waiting - prefilling, 0))
-    unknown = others_waiting + (others - others_waiting) * UNKNOWN_RUNNING_SHARE
+    """Seconds until the request's first token on the node: its wait (predicted_wait), then
+    its own uncached prompt tokens at the node's prefill rate."""
     own = request.prompt_tokens
     if matched is None:
         matched = fleet.cached_blocks(node.id, request.prefix_blocks)
     own -= min(matched * PREFIX_BLOCK_TOKENS, own)
-    return (queued + unknown * UNKNOWN_PROMPT_TOKENS + own) / node_rates(fleet, node).prefill
+    return predicted_wait(fleet, node, request) + own / node_rates(fleet, node).prefill
+
+
+def predicted_wait(fleet: FleetView, node: NodeSnapshot, request: RouteRequest) -> float:
+    """Seconds before the request's prefill starts on the node: the longer of the prompt tokens
+    queued ahead of it (what this process sent and has no first token for, plus the engine's
+    other waiting requests at an assumed size) at the node's prefill rate, and the wait for KV
+    cache or a batch slot (room_wait)."""
+    work = fleet.work.get(node.id)
+    if work is not None:
+        tracked, queued = work.requests, work.prefill_tokens
+        counted, prefilling = work.at_heartbeat()
+    else:
+        tracked = queued = counted = prefilling = 0
+    # The engine's requests that are not ours (its heartbeat counted ours then in flight, not
+    # those sent since, and still counts those that ended since): the waiting ones whole, the
+    # running ones at a share.
+    engine = node.engine
+    others = max(engine.num_requests_running + engine.num_requests_waiting - counted, 0)
+    others_waiting = min(others, max(engine.num_requests_waiting - prefilling, 0))
+    unknown = (others_waiting + (others - others_waiting) * UNKNOWN_RUNNING_SHARE) * (
+        UNKNOWN_PROMPT_TOKENS
+    )
+    rates = node_rates(fleet, node)
+    prefill_wait = (queued + unknown) / rates.prefill
+    requests = tracked + others
+    return max(prefill_wait, room_wait(fleet, node, request, queued + unknown, requests, rates))
+
+
+def room_wait(
+    fleet: FleetView,
+    node: NodeSnapshot,
+    request: RouteRequest,
+    queued: float,
+    requests: float,
+    rates: NodeRates,
+) -> float:
+    """Seconds until the node has room for the request: a batch slot (--max-num-seqs) and KV
+    cache for its prompt and predicted completion. None is needed while the `requests` on the
+    node (and the `queued` prompt tokens not yet in its cache) leave room; beyond that, running
+    requests must finish first. They finish over their predicted decode time (this process's
+    predictions of its own, else this request's), each on average half-way through: freeing a
+    share of the slots, or of what the cache holds, takes about that share of it."""
+    work = fleet.work.get(node.id)
+    if work is not None and work.requests:
+        typical = work.decode_tokens / work.requests
+    else:
+        typical = request.decode_tokens
+    decode_seconds = typical / rates.decode
+    wait = 0.0
+    slots = node.max_num_seqs
+    if slots and requests + 1 > slots:
+        wait = (requests + 1 - slots) / slots * decode_seconds
+    capacity = rates.kv_tokens * KV_USABLE_SHARE
+    held = node.engine.kv_cache_usage * rates.kv_tokens
+    excess = held + queued + request.prompt_tokens + request.decode_tokens - capacity
+    if excess > 0 and held > 0:
+        wait = max(wait, excess / held * decode_seconds)
+    return wait
 
 
 def cost_per_1k_tokens(node: NodeSnapshot) -> float | None:
@@ -544,10 +632,13 @@ class Router:
         breakers: BreakerBoard,
         stats: GatewayStats,
         weights: dict[str, float] | None = None,
+        work: WorkTable | None = None,
     ) -> None:
         self.fleet = fleet
         self.breakers = breakers
         self.stats = stats
+        # Predicted decode work by model, intent and key (published with the routing table).
+        self.work = work if work is not None else WorkTable()
         self.limits = Thresholds.from_settings()
         weights = weights if weights is not None else settings.DMX_ROUTE_SCORE_WEIGHTS
         # Scorers whose weight is zero are not run.
@@ -563,6 +654,10 @@ class Router:
 
     def decide(self, request: RouteRequest, *, exclude: Collection[int] = ()) -> Decision:
         started = time.perf_counter()
+        if request.completion_tokens is None:
+            request.completion_tokens = self.work.predict(
+                request.model.name, request.intent, request.key_id, request.max_tokens
+            )
         pool, versions, fallback_versions = version_pools(request.model, request.request_id)
         decision = self._decide(request, versions, pool, exclude)
         if decision.node is None and fallback_versions != versions:
@@ -643,13 +738,15 @@ class Router:
             # The queue score weighs each node's predicted first token plus its decode time at
             # DECODE_SECONDS_WEIGHT; the chosen node's first token is kept for its breaker.
             fleet, matched = self.fleet, ctx.matched
+            decode_tokens = request.decode_tokens
             for verdict, _ in eligible:
                 node = verdict.node
-                ttft = ctx.ttft[node.id] = predicted_ttft(
-                    fleet, node, request, matched.get(node.id, 0)
-                )
-                decode = request.completion_tokens / node_rates(fleet, node).decode
-                ctx.predicted[node.id] = ttft + DECODE_SECONDS_WEIGHT * decode
+                rates = node_rates(fleet, node)
+                wait = ctx.wait[node.id] = predicted_wait(fleet, node, request)
+                own = request.prompt_tokens
+                own -= min(matched.get(node.id, 0) * PREFIX_BLOCK_TOKENS, own)
+                ttft = ctx.ttft[node.id] = wait + own / rates.prefill
+                ctx.predicted[node.id] = ttft + DECODE_SECONDS_WEIGHT * decode_tokens / rates.decode
             ctx.best_predicted = min(ctx.predicted.values())
         if key is not None:
             ctx.affinity_node = max(eligible, key=lambda pair: mix64(key, pair[0].node.id))[

@@ -80,6 +80,16 @@ def make_fleet(*nodes: NodeSnapshot, stale_after: float = 10.0) -> FleetView:
     return fleet
 
 
+def heartbeat(fleet: FleetView, *nodes: NodeSnapshot) -> None:
+    """The nodes' next heartbeat, as they are: it counts the requests sent them so far."""
+    fleet.replace(
+        {
+            str(n.id).encode(): dataclasses.replace(n, heartbeat_at=n.heartbeat_at + 1).encode()
+            for n in nodes
+        }
+    )
+
+
 class NoRedis:
     """The breaker board's Redis client is not used by decisions; nothing may call it."""
 
@@ -102,6 +112,7 @@ def route_request(model: ModelEntry | None = None, **overrides) -> RouteRequest:
         model=model or make_model_entry(),
         prompt_tokens=100,
         completion_tokens=100,
+        max_tokens=100,
     )
     fields.update(overrides)
     return RouteRequest(**fields)

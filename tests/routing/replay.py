@@ -1,150 +1,113 @@
-"""Replay Mooncake's conversation trace through a heterogeneous fleet, one routing policy at a time.
+"""Replay a public production trace through a heterogeneous fleet, one routing policy at a time.
 
-The trace (tests/routing/traces/, its README says where it comes from) gives each request's
-arrival, prompt and completion lengths and the 512-token block hashes of its prompt. The fleet is
-4 H100, 6 A100 and 8 L4 serving one 8B model, each node's prefill rate, decode rate and KV-cache
-size computed from its hardware profile's datasheet figures (inference.hardware.profiles
-.serving_rates). A node:
+Two traces (tests/routing/traces/, its README says where each comes from): Mooncake's
+conversation trace (arrival, prompt and completion lengths, 512-token prefix block hashes) and
+Azure's 2023 LLM inference conversation trace (arrival, prompt and completion lengths, no
+prefixes). The fleet is 4 H100, 6 A100 and 8 L4 serving one 8B model; each node is an Engine
+(tests/routing/engine.py), a model of vLLM's scheduler with its own roofline step times, not the
+router's rate predictions.
 
-- admits a request when a batch slot and KV cache for its whole length are free, first come
-  first served (a request that does not fit waits, as in vLLM's scheduler);
-- prefills one request at a time, only the tokens its prefix cache does not hold (an LRU of
-  block hashes as large as its KV cache), then decodes it in the batch at a per-sequence speed
-  that falls as the batch fills (decode reads the weights once per step, plus each sequence's KV).
+Requests are sent three ways: without max_tokens ("none"), all with max_tokens 2048 ("2048",
+as many SDKs do; a longer answer is cut there), and with the true length as max_tokens
+("true"). The router predicts each request's completion from a work table (apps.routing.work)
+built, as the ledger task builds it, from the trace's requests before the replayed slice.
 
-The arrivals are the trace's, time-compressed so that the mean rate is the asked share of the
-fleet's capacity (capacity: each node's rate for the trace's mean request, without cache hits).
-A request is charged its share of the node's time: the whole node while it prefills, the larger
-of its batch slot and its KV share while it decodes.
+The arrivals are the slice's, time-compressed so that the mean rate is the asked share of the
+fleet's capacity (the engines' own estimate for the trace's mean request). The gateway sees the
+engines as a real one does: heartbeats every HEARTBEAT_SECONDS (running, waiting, KV-cache use,
+measured prefill and decode speeds) and its own requests in flight (FleetView.begin/end).
 """
 
 from __future__ import annotations
 
+import csv
 import functools
 import gzip
 import heapq
 import itertools
 import json
-from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 from apps.routing.breaker import BreakerBoard
 from apps.routing.fleet import FleetView
-from apps.routing.router import Router, RouteRequest
+from apps.routing.router import Router, RouteRequest, mix64
 from apps.routing.stats import GatewayStats
-from inference.hardware.profiles import profile_named, serving_rates
+from apps.routing.work import WorkFigures, WorkTable
+from tests.routing.engine import A100, H100, L4, MODEL_MAX_LEN, Engine, Seq
 from tests.routing.factories import NoRedis, make_model_entry, make_snapshot
 
-TRACE = Path(__file__).with_name("traces") / "mooncake_conversation.jsonl.gz"
-BLOCK_TOKENS = 512  # the trace's block size
-# Llama-3-8B: 8.0 B parameters in BF16; KV per token = 32 layers x 8 KV heads x 128 x 2 x 2 bytes.
-PARAMS_BILLION = 8.0
-KV_BYTES_PER_TOKEN = 131_072
-MODEL_MAX_LEN = 131_072
-# A full batch decodes each sequence this much slower than a single sequence.
-BATCH_SLOWDOWN = 0.5
+TRACES = Path(__file__).with_name("traces")
 HEARTBEAT_SECONDS = 2.0
-FLEET = (("nvidia-h100-sxm", 4, 64), ("nvidia-a100-sxm4-80gb", 6, 48), ("nvidia-l4", 8, 16))
+FLEET = ((H100, 4, 64), (A100, 6, 48), (L4, 8, 16))
 POLICIES = ("round_robin", "least_loaded", "capacity_weighted", "prefix_greedy", "router")
+WAYS = ("none", "2048", "true")
+# Every this many requests of a trace sample its mean cost (fleet_capacity).
+CAPACITY_SAMPLE = 10
+SDK_MAX_TOKENS = 2048
 
 
 @dataclass(frozen=True, slots=True)
-class Job:
-    index: int
-    arrival: float
+class Request:
+    arrival: float  # seconds from the trace's start
     prompt: int
     completion: int
-    blocks: tuple[int, ...]
+    hashes: tuple[int, ...]
 
 
 @functools.cache
-def load_trace() -> tuple[tuple[float, int, int, tuple[int, ...]], ...]:
-    with gzip.open(TRACE, "rt") as lines:
-        rows = [json.loads(line) for line in lines]
+def load_trace(name: str) -> tuple[Request, ...]:
+    """The named trace: "mooncake" or "azure"."""
+    if name == "mooncake":
+        with gzip.open(TRACES / "mooncake_conversation.jsonl.gz", "rt") as lines:
+            rows = [json.loads(line) for line in lines]
+        # The trace numbers its blocks 0, 1, 2...; the gateway computes uniform 64-bit hashes
+        # (inference.prefix_cache): mixed once, one to one.
+        return tuple(
+            Request(
+                r["timestamp"] / 1000,
+                r["input_length"],
+                r["output_length"],
+                tuple(mix64(h, 0) for h in r["hash_ids"]),
+            )
+            for r in rows
+        )
+    with gzip.open(TRACES / "azure_llm_conv_2023.csv.gz", "rt") as lines:
+        rows = list(csv.DictReader(lines))
+    start = datetime.fromisoformat(rows[0]["TIMESTAMP"][:26])
     return tuple(
-        (r["timestamp"] / 1000, r["input_length"], r["output_length"], tuple(r["hash_ids"]))
+        Request(
+            (datetime.fromisoformat(r["TIMESTAMP"][:26]) - start).total_seconds(),
+            int(r["ContextTokens"]),
+            max(int(r["GeneratedTokens"]), 1),
+            (),
+        )
         for r in rows
     )
 
 
-@dataclass
-class SimNode:
-    id: int
-    profile: str
-    price_per_hour: float
-    prefill_rate: float
-    decode_rate: float
-    kv_tokens: int
-    slots: int
-    max_model_len: int
-    active: int = 0
-    kv_used: int = 0
-    prefill_free: float = 0.0
-    waiting: deque = field(default_factory=deque)
-    cache: OrderedDict = field(default_factory=OrderedDict)
-    generated: int = 0
-    ttfts: deque = field(default_factory=lambda: deque(maxlen=64))
-
-    @property
-    def capacity_blocks(self) -> int:
-        return self.kv_tokens // BLOCK_TOKENS
-
-    def cached_prefix(self, blocks: tuple[int, ...]) -> int:
-        """Blocks of `blocks`, from the first, this node's prefix cache holds."""
-        count = 0
-        for block in blocks:
-            if block not in self.cache:
-                break
-            count += 1
-        return count
-
-    def remember(self, blocks: tuple[int, ...]) -> None:
-        cache = self.cache
-        for block in blocks:
-            cache[block] = None
-            cache.move_to_end(block)
-        while len(cache) > self.capacity_blocks:
-            cache.popitem(last=False)
-
-    def fits(self, job: Job) -> bool:
-        return self.active < self.slots and self.kv_used + job.prompt + job.completion <= (
-            self.kv_tokens
-        )
-
-    def request_seconds(self, prompt: float, completion: float) -> float:
-        """Node-seconds a request of these lengths takes at steady state (no cache hits)."""
-        concurrency = min(self.slots, self.kv_tokens / (prompt + completion))
-        decode = completion / (self.decode_rate * (1 - BATCH_SLOWDOWN))
-        return max(prompt / self.prefill_rate, decode / concurrency)
+def _quantile(values: list[int] | list[float], q: float):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def build_fleet() -> list[SimNode]:
-    nodes = []
-    ids = itertools.count(1)
-    for name, count, slots in FLEET:
-        profile = profile_named(name)
-        rates = serving_rates(
-            profile, params_billion=PARAMS_BILLION, kv_bytes_per_token=KV_BYTES_PER_TOKEN
-        )
-        for _ in range(count):
-            nodes.append(
-                SimNode(
-                    id=next(ids),
-                    profile=name,
-                    price_per_hour=profile.hourly_price_usd,
-                    prefill_rate=rates.prefill_tokens_per_second,
-                    decode_rate=rates.decode_steps_per_second,
-                    kv_tokens=rates.kv_cache_tokens,
-                    slots=slots,
-                    max_model_len=min(MODEL_MAX_LEN, rates.kv_cache_tokens),
-                )
-            )
-    return nodes
+def ledger_table(requests: tuple[Request, ...] | list[Request], model: str) -> WorkTable:
+    """The work table the ledger task would publish after these requests (the traces carry no
+    intent or key: one figure for the model)."""
+    completions = [r.completion for r in requests]
+    figures = WorkFigures(
+        requests=len(completions),
+        completion_p50=_quantile(completions, 0.5),
+        completion_p95=_quantile(completions, 0.95),
+    )
+    return WorkTable(by_intent={(model, ""): figures})
 
 
 @dataclass
 class ReplayResult:
+    trace: str
+    way: str
     policy: str
     load: float
     requests: int
@@ -152,145 +115,172 @@ class ReplayResult:
     ttft: tuple[float, float, float]  # p50, p95, p99 seconds
     e2e: tuple[float, float, float]
     cache_hit_rate: float  # prompt tokens served from a prefix cache
-    cost_per_1m_tokens: float
+    preemptions: int
     share_by_profile: dict[str, float]
 
     def as_row(self) -> str:
         t, e = self.ttft, self.e2e
         return (
-            f"| {self.policy} | {self.load:.0%} | {t[0]:.2f} | {t[1]:.2f} | {t[2]:.2f} "
-            f"| {e[0]:.1f} | {e[1]:.1f} | {e[2]:.1f} | {self.cache_hit_rate:.1%} "
-            f"| {self.cost_per_1m_tokens:.3f} | {self.rejected} |"
+            f"| {self.trace} | {self.way} | {self.policy} | {self.load:.0%} | {t[0]:.2f} "
+            f"| {t[1]:.2f} | {t[2]:.2f} | {e[0]:.1f} | {e[1]:.1f} | {self.cache_hit_rate:.1%} "
+            f"| {self.preemptions} | {self.rejected} |"
         )
 
 
 def _percentiles(values: list[float]) -> tuple[float, float, float]:
-    ordered = sorted(values)
-    n = len(ordered)
-    return tuple(ordered[min(n - 1, int(q * n))] for q in (0.5, 0.95, 0.99))
+    return tuple(_quantile(values, q) for q in (0.5, 0.95, 0.99))  # type: ignore[return-value]
+
+
+def build_fleet() -> list[Engine]:
+    return [Engine(gpu, slots) for gpu, count, slots in FLEET for _ in range(count)]
+
+
+@functools.cache
+def fleet_capacity(trace: str) -> float:
+    """Requests per second the fleet serves at full load: each engine's for the trace's mean
+    cost of a request (the mean of the costs, not the cost of the mean request: attention makes
+    a long prompt cost more than its share), summed."""
+    requests = load_trace(trace)[::CAPACITY_SAMPLE]
+    total = 0.0
+    for gpu, count, slots in FLEET:
+        engine = Engine(gpu, slots)
+        fitting = [r for r in requests if r.prompt + 1 <= engine.max_model_len]
+        mean = sum(engine.request_seconds(r.prompt, r.completion) for r in fitting) / len(fitting)
+        total += count / mean
+    return total
 
 
 def replay(
-    policy: str, *, load: float = 0.8, requests: int | None = None, first: int = 0
+    policy: str,
+    *,
+    trace: str = "mooncake",
+    way: str = "none",
+    load: float = 0.8,
+    first: int = 0,
+    requests: int | None = None,
 ) -> ReplayResult:
-    """Replay `requests` of the trace from request `first` (all by default) under `policy`."""
-    trace = load_trace()
-    rows = trace[first : first + requests if requests else None]
-    nodes = build_fleet()
-    by_id = {n.id: n for n in nodes}
-    mean_prompt = sum(r[1] for r in trace) / len(trace)
-    mean_completion = sum(r[2] for r in trace) / len(trace)
-    capacity = sum(1 / n.request_seconds(mean_prompt, mean_completion) for n in nodes)
-    span = rows[-1][0] - rows[0][0]
+    """Replay `requests` of the trace from request `first` under `policy`, sent `way`."""
+    everything = load_trace(trace)
+    rows = everything[first : first + requests if requests else None]
+    engines = build_fleet()
+    ids = {id(e): i + 1 for i, e in enumerate(engines)}
+    by_id = {i + 1: e for i, e in enumerate(engines)}
+    span = rows[-1].arrival - rows[0].arrival
     # Requests per second wanted over those the trace's clock gives.
-    compress = (len(rows) / span) / (load * capacity)
-    jobs = [Job(i, (r[0] - rows[0][0]) * compress, r[1], r[2], r[3]) for i, r in enumerate(rows)]
-
-    fleet = FleetView(stale_after=1e9)
-    stats = GatewayStats()
-    router = Router(fleet=fleet, breakers=BreakerBoard(NoRedis()), stats=stats)
+    compress = (len(rows) / span) / (load * fleet_capacity(trace))
     model = make_model_entry(max_context_tokens=MODEL_MAX_LEN)
+    # The ledger: the trace's requests before the slice (the first 1,000 when it starts there).
+    history = everything[:first] if first else everything[:1000]
+    fleet = FleetView(stale_after=1e9)
+    router = Router(
+        fleet=fleet,
+        breakers=BreakerBoard(NoRedis()),
+        stats=GatewayStats(),
+        work=ledger_table(history, model.name),
+    )
     order = itertools.count()
-    events: list[tuple[float, int, str, object]] = [
-        (job.arrival, next(order), "arrive", job) for job in jobs
-    ]
-    heapq.heapify(events)
-    rr = itertools.cycle(nodes)
+    events: list[tuple[float, int, str, object]] = []
+    for index, row in enumerate(rows):
+        completion = min(row.completion, SDK_MAX_TOKENS) if way == "2048" else row.completion
+        max_tokens = {"none": None, "2048": SDK_MAX_TOKENS, "true": row.completion}[way]
+        seq = Seq(index, (row.arrival - rows[0].arrival) * compress, row.prompt, completion,
+                  row.hashes)  # fmt: skip
+        heapq.heappush(events, (seq.arrival, next(order), "arrive", (seq, max_tokens)))
+    rr = itertools.cycle(engines)
     ttft: list[float] = []
     e2e: list[float] = []
-    prompt_tokens = cached_tokens = total_tokens = 0
-    spent = 0.0
     rejected = 0
     served: dict[str, int] = {}
-    pending: list[Job] = []  # the admission queue: the Router found every node saturated
+    pending: list[tuple[Seq, int | None]] = []  # the admission queue: every node saturated
+    tickets = {}
     next_heartbeat = 0.0
-    # Per node, the tokens and decode seconds of the requests that finished since the last
-    # heartbeat, and the speed they measured (an engine's inter-token latency, kept until new).
-    window_decode = {n.id: [0, 0.0] for n in nodes}
-    decode_speed = {n.id: 0.0 for n in nodes}
-    tickets = {}  # the gateway's record of each request's work, as the Dispatcher keeps it
 
-    def refresh(now: float) -> None:
+    def refresh() -> None:
         snapshots = {}
-        for n in nodes:
-            ordered = sorted(n.ttfts)
-            p95 = ordered[int(0.95 * len(ordered))] * 1000 if len(ordered) >= 8 else None
-            snapshots[str(n.id).encode()] = make_snapshot(
-                id=n.id, name=f"sim-{n.id}", url="http://sim", max_model_len=n.max_model_len,
-                num_requests_running=n.active, num_requests_waiting=len(n.waiting),
-                kv_cache_usage=min(1.0, n.kv_used / n.kv_tokens), max_num_seqs=n.slots,
-                profile=n.profile, gpu_count=1, hourly_price_usd=n.price_per_hour,
-                ttft_p95_ms=p95,
-                generation_tokens_per_second=window_decode[n.id][0] / HEARTBEAT_SECONDS,
-                decode_tokens_per_second=decode_speed[n.id],
+        for node_id, e in by_id.items():
+            prefill_rate = e.prefill_tokens / e.prefill_seconds if e.prefill_seconds else 0.0
+            # vLLM's inter-token latency, averaged over the window (kept when none decoded).
+            if e.decode_seconds:
+                e.decode_rate = e.decode_steps / e.decode_seconds
+            e.decode_steps, e.decode_seconds = 0, 0.0
+            snapshots[str(node_id).encode()] = make_snapshot(
+                id=node_id, name=f"sim-{node_id}", url="http://sim", max_model_len=e.max_model_len,
+                num_requests_running=len(e.running), num_requests_waiting=len(e.waiting),
+                kv_cache_usage=max(0.0, e.kv_cache_usage), max_num_seqs=e.max_num_seqs,
+                profile=e.gpu.profile, gpu_count=1, hourly_price_usd=e.gpu.price_per_hour,
+                prefill_tokens_per_second=prefill_rate, decode_tokens_per_second=e.decode_rate,
             ).encode()  # fmt: skip
-            window_decode[n.id] = [0, 0.0]
+            e.prefill_tokens, e.prefill_seconds = 0, 0.0
         fleet.replace(snapshots)
 
-    def start(node: SimNode, now: float, job: Job) -> None:
-        nonlocal prompt_tokens, cached_tokens, spent
-        node.active += 1
-        node.kv_used += job.prompt + job.completion
-        hit = min(node.cached_prefix(job.blocks) * BLOCK_TOKENS, job.prompt - 1)
-        node.remember(job.blocks)
-        prompt_tokens += job.prompt
-        cached_tokens += hit
-        begin = max(now, node.prefill_free)
-        prefill = (job.prompt - hit) / node.prefill_rate
-        first_token = node.prefill_free = begin + prefill
-        speed = node.decode_rate * (1 - BATCH_SLOWDOWN * node.active / node.slots)
-        decode = job.completion / speed
-        share = max(1 / node.slots, (job.prompt + job.completion) / node.kv_tokens)
-        spent += node.price_per_hour / 3600 * (prefill + decode * share)
-        heapq.heappush(events, (first_token, next(order), "first", (node, job)))
-        heapq.heappush(events, (first_token + decode, next(order), "finish", (node, job, decode)))
+    def kick(engine: Engine, now: float) -> None:
+        """Start the engine's next step(s) when it is idle, or cut a run of decode steps short
+        so that a new arrival is scheduled after the step in progress."""
+        if engine.busy:
+            end = engine.interrupt(now)
+        else:
+            seconds = engine.schedule()
+            if seconds is None:
+                return
+            engine.busy = True
+            engine.step_started = now
+            end = now + seconds
+        engine.version += 1
+        heapq.heappush(events, (end, next(order), "step", (engine, engine.version)))
 
-    def choose(job: Job, now: float) -> SimNode | str | None:
-        fitting = [n for n in nodes if job.prompt + job.completion <= n.max_model_len]
+    def fits(engine: Engine, seq: Seq, max_tokens: int | None) -> bool:
+        return seq.prompt + (max_tokens or 1) <= engine.max_model_len
+
+    def outstanding(engine: Engine) -> int:
+        return len(engine.running) + len(engine.waiting)
+
+    def choose(seq: Seq, max_tokens: int | None) -> Engine | str | None:
+        fitting = [e for e in engines if fits(e, seq, max_tokens)]
         if not fitting:
             return "refuse"
         if policy == "round_robin":
-            while (node := next(rr)) not in fitting:
+            while (engine := next(rr)) not in fitting:
                 pass
-            return node
+            return engine
         if policy == "least_loaded":
-            return min(fitting, key=lambda n: (n.active + len(n.waiting), n.id))
+            return min(fitting, key=lambda e: (outstanding(e), ids[id(e)]))
         if policy == "capacity_weighted":
-            return min(fitting, key=lambda n: (n.active + len(n.waiting) + 1) / n.prefill_rate)
+            return min(fitting, key=lambda e: (outstanding(e) + 1) / e.rated_prefill())
         if policy == "prefix_greedy":
             return min(
                 fitting,
-                key=lambda n: (-n.cached_prefix(job.blocks), n.active + len(n.waiting), n.id),
+                key=lambda e: (-e.cached_prefix(seq.hashes), outstanding(e), ids[id(e)]),
             )
-        decision = router.decide(
-            RouteRequest(
-                request_id=f"req_{job.index:032x}",
-                model=model,
-                prompt_tokens=job.prompt,
-                completion_tokens=job.completion,
-                prefix_blocks=job.blocks,
-            )
+        request = RouteRequest(
+            request_id=f"req_{seq.key:032x}",
+            model=model,
+            prompt_tokens=seq.prompt,
+            max_tokens=max_tokens,
+            prefix_blocks=seq.hashes,
         )
+        decision = router.decide(request)
         if decision.node is not None:
+            tickets[seq.key] = fleet.begin(
+                decision.node.id,
+                prompt_tokens=seq.prompt,
+                completion_tokens=request.decode_tokens,
+                blocks=seq.hashes,
+            )
             return by_id[decision.node.id]
         return None if decision.saturated else "refuse"
 
-    def dispatch(job: Job, now: float) -> bool:
+    def dispatch(item: tuple[Seq, int | None], now: float) -> bool:
         nonlocal rejected
-        node = choose(job, now)
-        if node == "refuse":
+        seq, max_tokens = item
+        engine = choose(seq, max_tokens)
+        if engine == "refuse":
             rejected += 1
             return True
-        if node is None:
+        if engine is None:
             return False
-        tickets[job.index] = fleet.begin(
-            node.id, prompt_tokens=job.prompt, completion_tokens=job.completion, blocks=job.blocks
-        )
-        served[node.profile] = served.get(node.profile, 0) + 1
-        if not node.waiting and node.fits(job):
-            start(node, now, job)
-        else:
-            node.waiting.append(job)
+        served[engine.gpu.profile] = served.get(engine.gpu.profile, 0) + 1
+        engine.add(seq)
+        kick(engine, now)
         return True
 
     while events:
@@ -298,43 +288,45 @@ def replay(
         if now >= next_heartbeat:
             while now >= next_heartbeat:
                 next_heartbeat += HEARTBEAT_SECONDS
-            refresh(now)
-            pending = [job for job in pending if not dispatch(job, now)]
+            refresh()
+            pending = [item for item in pending if not dispatch(item, now)]
         if kind == "arrive":
             if pending or not dispatch(payload, now):
                 pending.append(payload)
-        elif kind == "first":
-            node, job = payload
-            ttft.append(now - job.arrival)
-            node.ttfts.append(now - job.arrival)
-            fleet.prefilled(tickets[job.index])
-        elif kind == "finish":
-            node, job, decoded = payload
-            node.active -= 1
-            node.kv_used -= job.prompt + job.completion
-            fleet.end(tickets.pop(job.index))
-            window = window_decode[node.id]
-            window[0] += job.completion
-            window[1] += decoded
-            if window[1] > 0:
-                decode_speed[node.id] = window[0] / window[1]
-            total_tokens += job.prompt + job.completion
-            e2e.append(now - job.arrival)
-            stats.record(node.id, ttft_ms=None, latency_ms=(now - job.arrival) * 1000, failed=False)
-            while node.waiting and node.fits(node.waiting[0]):
-                start(node, now, node.waiting.popleft())
+        elif kind == "step":
+            engine, version = payload
+            if version != engine.version:
+                continue
+            engine.busy = False
+            report = engine.complete(now)
+            for seq in report.first_tokens:
+                ttft.append(now - seq.arrival)
+                if seq.key in tickets:
+                    fleet.prefilled(tickets[seq.key])
+            for seq in report.finished:
+                e2e.append(now - seq.arrival)
+                if seq.key in tickets:
+                    fleet.end(tickets.pop(seq.key))
+            kick(engine, now)
+            if report.finished and pending:
+                # A request's end wakes the admission queue (Dispatch.connect's exit).
+                pending = [item for item in pending if not dispatch(item, now)]
         if not events and pending:
             heapq.heappush(events, (next_heartbeat, next(order), "tick", None))
     count = sum(served.values())
+    prompt_tokens = sum(e.prompt_tokens for e in engines)
+    cached = sum(e.cached_tokens for e in engines)
     return ReplayResult(
+        trace=trace,
+        way=way,
         policy=policy,
         load=load,
         requests=len(e2e),
         rejected=rejected,
         ttft=_percentiles(ttft),
         e2e=_percentiles(e2e),
-        cache_hit_rate=cached_tokens / max(prompt_tokens, 1),
-        cost_per_1m_tokens=spent / max(total_tokens, 1) * 1e6,
+        cache_hit_rate=cached / max(prompt_tokens, 1),
+        preemptions=sum(e.preemptions for e in engines),
         share_by_profile={p: c / count for p, c in sorted(served.items())},
     )
 
@@ -342,9 +334,9 @@ def replay(
 def report(results: list[ReplayResult]) -> str:
     return "\n".join(
         [
-            "| policy | load | TTFT p50 s | p95 s | p99 s | e2e p50 s | p95 s | p99 s "
-            "| cache hits | USD per 1M tokens | refused |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| trace | max_tokens | policy | load | TTFT p50 s | p95 s | p99 s | e2e p50 s "
+            "| p95 s | cache hits | preemptions | refused |",
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
             *(r.as_row() for r in results),
         ]
     )
@@ -356,13 +348,17 @@ if __name__ == "__main__":
     import django
 
     django.setup()
-    sample = int(sys.argv[1]) if len(sys.argv) > 1 else None
-    print(
-        report(
-            [
-                replay(policy, load=load, requests=sample)
-                for load in (0.6, 0.8, 0.95)
-                for policy in POLICIES
-            ]
+    # The README's segments: the traces' requests after those the router was tuned on.
+    segments = {"mooncake": (6000, None), "azure": (3000, None)}
+    for name in sys.argv[1:] or segments:
+        start, size = segments[name]
+        print(
+            report(
+                [
+                    replay(policy, trace=name, way=way, load=load, first=start, requests=size)
+                    for load in (0.6, 0.8, 0.95)
+                    for way in WAYS
+                    for policy in POLICIES
+                ]
+            )
         )
-    )

@@ -61,7 +61,7 @@ def dispatch_to(nodes, request, *, wake_after: float | None = None):
 def test_a_request_no_node_has_the_context_for_is_refused_at_once_as_too_long(settings):
     settings.DMX_ADMISSION_TIMEOUT_SECONDS = 5
     short = [make_snapshot(name="a", max_model_len=150), make_snapshot(name="b", max_model_len=180)]
-    error = dispatch_to(short, route_request(prompt_tokens=150, completion_tokens=50))
+    error = dispatch_to(short, route_request(prompt_tokens=150, max_tokens=50))
     assert isinstance(error, InvalidRequestError)
     assert error.code == RoutingErrorCode.CONTEXT_LENGTH_EXCEEDED
     assert error.param == "messages"
@@ -72,7 +72,7 @@ def test_a_request_waits_for_the_busy_node_that_fits_it(settings):
     settings.DMX_ADMISSION_TIMEOUT_SECONDS = 5
     busy = make_snapshot(name="busy", num_requests_waiting=50)
     short = make_snapshot(name="short", max_model_len=150)
-    request = route_request(prompt_tokens=150, completion_tokens=50)
+    request = route_request(prompt_tokens=150, max_tokens=50)
     assert dispatch_to([busy, short], request, wake_after=0.3) == "busy"
 
 
@@ -80,7 +80,7 @@ def test_a_wait_for_a_node_that_fits_ends_in_no_capacity_when_none_frees_up(sett
     settings.DMX_ADMISSION_TIMEOUT_SECONDS = 0.3
     busy = make_snapshot(name="busy", num_requests_waiting=50)
     short = make_snapshot(name="short", max_model_len=150)
-    error = dispatch_to([busy, short], route_request(prompt_tokens=150, completion_tokens=50))
+    error = dispatch_to([busy, short], route_request(prompt_tokens=150, max_tokens=50))
     assert isinstance(error, ServiceUnavailableError)
     assert error.code == RoutingErrorCode.NO_CAPACITY
     assert "no node freed up in time" in error.message

@@ -11,7 +11,7 @@ from apps.routing.router import (
     profile_rates,
 )
 from inference.prefix_cache import PrefixFilter, chain_hashes
-from tests.routing.factories import make_router, make_snapshot, occupy, route_request
+from tests.routing.factories import heartbeat, make_router, make_snapshot, occupy, route_request
 
 LONG = 131_072  # a context that fits every prompt here
 
@@ -133,6 +133,7 @@ def test_twins_measured_ten_times_apart_are_held_within_the_peer_spread():
         router.fleet.prefilled(
             router.fleet.begin(slow.id, prompt_tokens=20, completion_tokens=1_900)
         )
+    heartbeat(router.fleet, fast, slow)  # the one that counted the four running
     assert chosen(router, route_request(prompt_tokens=640, completion_tokens=1)) == "slow"
 
 

@@ -18,6 +18,8 @@ from tests.routing.factories import (
     route_request,
 )
 
+H100 = "nvidia-h100-sxm"
+
 
 def chosen(router, request=None, **kwargs):
     decision = router.decide(request or route_request(), **kwargs)
@@ -149,8 +151,9 @@ def test_memory_bandwidth_pressure_is_a_bottleneck_even_with_free_memory():
 
 
 def test_temperature_derates_from_78c():
-    hot = make_snapshot(name="hot", temperature_c=83.0)
-    warm = make_snapshot(name="warm", temperature_c=77.0, num_requests_running=1)
+    # One request running on an H100 (its profile's prefill rate) is a small load.
+    hot = make_snapshot(name="hot", temperature_c=83.0, profile=H100)
+    warm = make_snapshot(name="warm", temperature_c=77.0, num_requests_running=1, profile=H100)
     decision = make_router(hot, warm).decide(route_request())
     temperature = scores(decision, "temperature")
     assert temperature["warm"] == 1.0 and temperature["hot"] == pytest.approx(1 - 5 / 7, abs=1e-4)
@@ -159,8 +162,8 @@ def test_temperature_derates_from_78c():
 
 def test_latency_against_the_model_sla():
     model = make_model_entry(sla_latency_p95_ms=1000)
-    slow = make_snapshot(name="slow", e2e_p95_ms=4000.0)
-    fast = make_snapshot(name="fast", e2e_p95_ms=800.0, num_requests_running=1)
+    slow = make_snapshot(name="slow", e2e_p95_ms=4000.0, profile=H100)
+    fast = make_snapshot(name="fast", e2e_p95_ms=800.0, num_requests_running=1, profile=H100)
     decision = make_router(slow, fast).decide(route_request(model))
     assert scores(decision, "latency") == {"slow": 0.25, "fast": 1.0}
     assert decision.node.name == "fast"
