@@ -23,6 +23,7 @@ from apps.routing.models import (
     RoutingDecision,
     RoutingRule,
     WeightRecomputation,
+    WorkProfile,
 )
 from apps.routing.scaling import admin as scaling_admin  # noqa: F401  (registers its models)
 from apps.routing.selectors import (
@@ -152,6 +153,26 @@ class WeightRecomputationAdmin(OperatorActions, RoutingLogAdmin):
         proposed = queryset.filter(status=RecomputationStatus.PROPOSED)
         rejected = _each(request, proposed, weights_reject)
         messages.success(request, f"Recomputations rejected: {rejected}.")
+
+
+@admin.register(WorkProfile)
+class WorkProfileAdmin(RoutingLogAdmin):
+    """What the router predicts a request's decode work from (recomputed from the ledger)."""
+
+    list_display = [
+        "model",
+        "intent",
+        "api_key",
+        "requests",
+        "completion_p50",
+        "completion_p95",
+        "ttft_p50_ms",
+        "ttft_p95_ms",
+        "latency_p50_ms",
+        "latency_p95_ms",
+        "computed_at",
+    ]
+    list_filter = ["model", "intent"]
 
 
 @admin.register(CanaryEvent)

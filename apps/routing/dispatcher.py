@@ -154,6 +154,7 @@ class Dispatcher:
         self.table = await reloaded(
             self.table, table_version, lambda version: routing_table_load(version=version)
         )
+        self.router.work = self.table.work
         previous = self.catalog
         self.catalog = await reloaded(
             previous,

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db import connection
+from django.db.models import Aggregate, Count, FloatField, QuerySet
 from django.utils import timezone
 
 from apps.billing.choices import UsageStatus
@@ -18,8 +19,9 @@ from apps.hardware.nodestate import now
 from apps.hardware.resources import summarize
 from apps.models.models import ModelVersion
 from apps.routing.breaker import Breaker, BreakerState, breakers_key
-from apps.routing.models import Canary, RoutingDecision, RoutingRule
+from apps.routing.models import Canary, RoutingDecision, RoutingRule, WorkProfile
 from apps.routing.table import Route, RoutingTable
+from apps.routing.work import INTENT_MIN_REQUESTS, KEY_MIN_REQUESTS, WorkFigures, WorkTable
 from dmxplatform.redis_client import request_redis
 
 
@@ -43,7 +45,133 @@ def routing_table_load(*, version: int) -> RoutingTable:
         aliases={
             alias: {i: tuple(r) for i, r in intents.items()} for alias, intents in aliases.items()
         },
+        work=work_table_load(),
     )
+
+
+def work_table_load() -> WorkTable:
+    """The work profiles as the router looks them up."""
+    by_intent: dict[tuple[str, str], WorkFigures] = {}
+    by_key: dict[tuple[str, str, int], WorkFigures] = {}
+    for row in WorkProfile.objects.all():
+        figures = WorkFigures(
+            requests=row.requests,
+            completion_p50=row.completion_p50,
+            completion_p95=row.completion_p95,
+            ttft_p50_ms=row.ttft_p50_ms,
+            ttft_p95_ms=row.ttft_p95_ms,
+            latency_p50_ms=row.latency_p50_ms,
+            latency_p95_ms=row.latency_p95_ms,
+        )
+        if row.api_key_id is None:
+            by_intent[(row.model, row.intent)] = figures
+        else:
+            by_key[(row.model, row.intent, row.api_key_id)] = figures
+    return WorkTable(by_intent=by_intent, by_key=by_key)
+
+
+class _Percentile(Aggregate):
+    """PostgreSQL's continuous percentile of a column over a group (NULLs left out)."""
+
+    function = "PERCENTILE_CONT"
+    template = "%(function)s(%(fraction)s) WITHIN GROUP (ORDER BY %(expressions)s)"
+    output_field = FloatField()
+
+    def __init__(self, expression: str, fraction: float) -> None:
+        super().__init__(expression, fraction=fraction)
+
+
+_QUANTILES = {
+    "completion_p50": ("completion_tokens", 0.5),
+    "completion_p95": ("completion_tokens", 0.95),
+    "ttft_p50_ms": ("time_to_first_token_ms", 0.5),
+    "ttft_p95_ms": ("time_to_first_token_ms", 0.95),
+    "latency_p50_ms": ("duration_ms", 0.5),
+    "latency_p95_ms": ("duration_ms", 0.95),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class WorkGroup:
+    model: str
+    intent: str  # "" for every intent
+    api_key_id: int | None  # None for every key
+    figures: WorkFigures
+
+
+def work_groups(*, since: datetime) -> list[WorkGroup]:
+    """The ledger's figures since a moment: per model and intent, per model (intent ""), and
+    per model, intent and key for keys with KEY_MIN_REQUESTS or more; of the generating
+    requests that succeeded (an error or a refusal says nothing of how long an answer is)."""
+    records = UsageRecord.objects.filter(created_at__gte=since, status=UsageStatus.OK).exclude(
+        endpoint="embeddings"
+    )
+    groups = []
+    for fields, least in (
+        (("model",), INTENT_MIN_REQUESTS),
+        (("model", "intent"), INTENT_MIN_REQUESTS),
+        (("model", "intent", "api_key_id"), KEY_MIN_REQUESTS),
+    ):
+        for row in _group_figures(records, fields, least):
+            groups.append(
+                WorkGroup(
+                    model=row["model"],
+                    intent=row.get("intent", ""),
+                    api_key_id=row.get("api_key_id"),
+                    figures=WorkFigures(
+                        requests=row["requests"],
+                        completion_p50=round(row["completion_p50"]),
+                        completion_p95=round(row["completion_p95"]),
+                        ttft_p50_ms=row["ttft_p50_ms"],
+                        ttft_p95_ms=row["ttft_p95_ms"],
+                        latency_p50_ms=row["latency_p50_ms"],
+                        latency_p95_ms=row["latency_p95_ms"],
+                    ),
+                )
+            )
+    return groups
+
+
+def _group_figures(records: QuerySet[UsageRecord], fields: tuple[str, ...], least: int) -> list:
+    """Per group of `fields` with `least` records or more: the count and the quantiles."""
+    if connection.vendor == "postgresql":  # the database computes them: one pass, no rows out
+        return list(
+            records.values(*fields)
+            .annotate(
+                requests=Count("id"),
+                **{name: _Percentile(column, q) for name, (column, q) in _QUANTILES.items()},
+            )
+            .filter(requests__gte=least)
+        )
+    # Elsewhere (SQLite on a laptop), in Python.
+    columns = sorted({column for column, _ in _QUANTILES.values()})
+    values: dict[tuple, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for row in records.values(*fields, *columns).iterator():
+        group = values[tuple(row[f] for f in fields)]
+        for column in columns:
+            if row[column] is not None:
+                group[column].append(row[column])
+    found = []
+    for key, group in values.items():
+        requests = len(group["completion_tokens"])
+        if requests < least:
+            continue
+        row = dict(zip(fields, key, strict=True), requests=requests)
+        for name, (column, q) in _QUANTILES.items():
+            row[name] = _quantile(group[column], q)
+        found.append(row)
+    return found
+
+
+def _quantile(values: list[float], q: float) -> float | None:
+    """PERCENTILE_CONT's interpolated quantile."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    position = q * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,12 +26,19 @@ from apps.models.services import (
 from apps.routing.breaker import Breaker, BreakerState, breakers_key, probe_key
 from apps.routing.choices import CanaryAction, RecomputationStatus
 from apps.routing.decisions import DECISION_STREAM, DecisionEvent
-from apps.routing.models import CanaryEvent, RoutingDecision, RoutingRule, WeightRecomputation
+from apps.routing.models import (
+    CanaryEvent,
+    RoutingDecision,
+    RoutingRule,
+    WeightRecomputation,
+    WorkProfile,
+)
 from apps.routing.selectors import (
     VersionFigures,
     node_hourly_prices,
     route_figures,
     version_figures,
+    work_groups,
 )
 from dmxplatform import streams
 from dmxplatform.audit.entries import audit_changed, audited_update
@@ -63,6 +70,34 @@ def routing_rule_save(*, rule: RoutingRule) -> RoutingRule:
 def routing_rule_delete(*, rule: RoutingRule) -> None:
     rule.delete()
     routing_table_invalidate()
+
+
+def work_profiles_recompute(*, now: datetime | None = None) -> int:
+    """Recompute the work profiles from the ledger's window and publish them with the routing
+    table (every gateway reloads it); returns how many there are."""
+    now = now or timezone.now()
+    since = now - timedelta(hours=settings.DMX_WORK_PROFILES_WINDOW_HOURS)
+    rows = [
+        WorkProfile(
+            model=group.model,
+            intent=group.intent,
+            api_key_id=group.api_key_id,
+            requests=group.figures.requests,
+            completion_p50=group.figures.completion_p50,
+            completion_p95=group.figures.completion_p95,
+            ttft_p50_ms=group.figures.ttft_p50_ms,
+            ttft_p95_ms=group.figures.ttft_p95_ms,
+            latency_p50_ms=group.figures.latency_p50_ms,
+            latency_p95_ms=group.figures.latency_p95_ms,
+            computed_at=now,
+        )
+        for group in work_groups(since=since)
+    ]
+    with transaction.atomic():
+        WorkProfile.objects.all().delete()
+        WorkProfile.objects.bulk_create(rows)
+        routing_table_invalidate()
+    return len(rows)
 
 
 def breaker_reset(*, node_id: int) -> None:

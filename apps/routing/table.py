@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from apps.routing.work import WorkTable
+
 
 @dataclass(frozen=True, slots=True)
 class Route:
@@ -30,6 +32,8 @@ class RoutingTable:
     version: int = -1
     # alias -> intent ("" for any) -> routes
     aliases: dict[str, dict[str, tuple[Route, ...]]] = field(default_factory=dict)
+    # What requests generate, per model, intent and key: the router's predictions.
+    work: WorkTable = field(default_factory=WorkTable)
 
     def is_alias(self, name: str) -> bool:
         return name in self.aliases

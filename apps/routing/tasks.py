@@ -7,6 +7,7 @@ from apps.routing.services import (
     decisions_flush,
     decisions_prune,
     weights_recompute,
+    work_profiles_recompute,
 )
 from dmxplatform import streams
 from dmxplatform.queues import Queue
@@ -46,3 +47,10 @@ def canaries_evaluate_task() -> int:
 @shared_task(queue=Queue.DEFAULT, time_limit=1800, soft_time_limit=1700, ignore_result=True)
 def weights_recompute_task() -> int:
     return weights_recompute().id
+
+
+@shared_task(
+    queue=Queue.DEFAULT, time_limit=300, soft_time_limit=280, expires=60, ignore_result=True
+)
+def work_profiles_recompute_task() -> int:
+    return work_profiles_recompute()

@@ -28,6 +28,9 @@ DMX_SLO_EVALUATION_SECONDS = env_float("DMX_SLO_EVALUATION_SECONDS", 60.0, minim
 
 # When the routing table's weights are recomputed from the day's usage, UTC.
 DMX_ROUTING_WEIGHTS_HOUR_UTC = env_int("DMX_ROUTING_WEIGHTS_HOUR_UTC", 2, minimum=0)
+# How often the ledger's figures per model, intent and key (completion tokens, first token,
+# latency) are recomputed for the router's predictions, seconds.
+DMX_WORK_PROFILES_SECONDS = env_float("DMX_WORK_PROFILES_SECONDS", 300.0, minimum=10.0)
 # How often canaries are judged, and routing decisions moved to the database, seconds.
 DMX_CANARY_EVALUATION_SECONDS = env_float("DMX_CANARY_EVALUATION_SECONDS", 60.0, minimum=1.0)
 
@@ -43,6 +46,10 @@ CELERY_BEAT_SCHEDULE = {
     "routing-weights": {
         "task": "apps.routing.tasks.weights_recompute_task",
         "schedule": crontab(hour=DMX_ROUTING_WEIGHTS_HOUR_UTC, minute=0),
+    },
+    "work-profiles": {
+        "task": "apps.routing.tasks.work_profiles_recompute_task",
+        "schedule": DMX_WORK_PROFILES_SECONDS,
     },
     "canaries-evaluate": {
         "task": "apps.routing.tasks.canaries_evaluate_task",

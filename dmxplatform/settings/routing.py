@@ -19,8 +19,9 @@ DMX_ROUTE_SATURATION_QUEUE = env_int("DMX_ROUTE_SATURATION_QUEUE", 16, minimum=1
 # Memory-bandwidth use above which a node is derated: decode is bandwidth-bound, so a node at
 # 92% is a bottleneck even with free memory.
 DMX_ROUTE_BANDWIDTH_KNEE = env_float("DMX_ROUTE_BANDWIDTH_KNEE", 0.7, minimum=0.0)
-# Prefix affinity holds while the preferred node has fewer queued requests than this.
-DMX_ROUTE_AFFINITY_MAX_QUEUE = env_int("DMX_ROUTE_AFFINITY_MAX_QUEUE", 8, minimum=0)
+# The hours of usage the router's work figures cover (apps.routing.work): a day holds every
+# hour's mix of traffic, and a change of clients shows within it.
+DMX_WORK_PROFILES_WINDOW_HOURS = env_float("DMX_WORK_PROFILES_WINDOW_HOURS", 24.0, minimum=0.1)
 # Characters of the prompt's start that make its affinity key (a system prompt, usually).
 DMX_ROUTE_AFFINITY_PREFIX_CHARS = env_int("DMX_ROUTE_AFFINITY_PREFIX_CHARS", 512, minimum=16)
 

@@ -115,10 +115,11 @@ def test_load_on_a_node_sends_requests_to_the_other(platform, committed):
             )
             urllib.request.urlopen(request, timeout=120).read()
 
-    # More running requests than DMX_ROUTE_AFFINITY_MAX_QUEUE (8), so prefix affinity yields to
-    # load. Long ones: a heartbeat landing between one request's end and the next one's start
-    # sees fewer (with 200-token requests the busy node once took 4 of 10). Not more clients:
-    # with 16 the two cores fell so far behind that both nodes' heartbeats went stale.
+    # Enough running requests that the busy node's predicted wait outweighs its cached prefix,
+    # so prefix affinity yields to load. Long ones: a heartbeat landing between one request's
+    # end and the next one's start sees fewer (with 200-token requests the busy node once took
+    # 4 of 10). Not more clients: with 16 the two cores fell so far behind that both nodes'
+    # heartbeats went stale.
     threads = [threading.Thread(target=hammer, daemon=True) for _ in range(12)]
     for thread in threads:
         thread.start()

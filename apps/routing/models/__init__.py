@@ -6,6 +6,7 @@ from apps.routing.models.routing import (
     RoutingDecision,
     RoutingRule,
     WeightRecomputation,
+    WorkProfile,
 )
 from apps.routing.models.scaling import ScalingEvent, ScalingPolicy
 
@@ -18,4 +19,5 @@ __all__ = [
     "ScalingEvent",
     "ScalingPolicy",
     "WeightRecomputation",
+    "WorkProfile",
 ]

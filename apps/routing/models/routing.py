@@ -105,6 +105,46 @@ class WeightRecomputation(models.Model):
         return f"{self.created_at:%Y-%m-%d} ({self.status})"
 
 
+class WorkProfile(models.Model):
+    """What a model's requests of an intent (and one key's, with enough history) generated and
+    how long they took, over the ledger's window: the router predicts decode work from it
+    (apps.routing.work). Recomputed as a whole by work_profiles_recompute."""
+
+    model = models.CharField(max_length=128)
+    intent = models.CharField(max_length=32, blank=True, help_text="Empty: every intent.")
+    api_key = models.ForeignKey(
+        "keys.ApiKey",
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="Empty: every key.",
+    )
+    requests = models.PositiveIntegerField()
+    completion_p50 = models.PositiveIntegerField(help_text="Completion tokens, median.")
+    completion_p95 = models.PositiveIntegerField()
+    ttft_p50_ms = models.FloatField(null=True, blank=True)
+    ttft_p95_ms = models.FloatField(null=True, blank=True)
+    latency_p50_ms = models.FloatField(null=True, blank=True)
+    latency_p95_ms = models.FloatField(null=True, blank=True)
+    computed_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["model", "intent", "api_key"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["model", "intent", "api_key"],
+                nulls_distinct=False,
+                name="routing_work_profile_unique",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.model}/{self.intent or '*'}" + (
+            f"/key {self.api_key_id}" if self.api_key_id else ""
+        )
+
+
 class CanaryEvent(models.Model):
     """A canary version promoted or rolled back, with the figures that decided it."""
 
