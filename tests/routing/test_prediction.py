@@ -8,8 +8,10 @@ from apps.routing.router import (
     PREFIX_BLOCK_TOKENS,
     node_rates,
     predicted_ttft,
+    predicted_wait,
     profile_rates,
 )
+from apps.routing.work import WorkFigures, WorkTable
 from inference.prefix_cache import PrefixFilter, chain_hashes
 from tests.routing.factories import heartbeat, make_router, make_snapshot, occupy, route_request
 
@@ -208,3 +210,82 @@ def test_a_prompt_no_node_holds_goes_home_by_its_hash_unless_another_is_sooner()
     home = router.decide(request).node
     router.fleet.begin(home.id, prompt_tokens=20_000, completion_tokens=10)
     assert router.decide(request).node.name != home.name
+
+
+H100, L4 = "nvidia-h100-sxm", "nvidia-l4"
+
+
+def test_a_node_whose_kv_cache_is_full_waits_for_its_running_decodes_to_finish():
+    """An L4 holds about 40k tokens of an 8B model's KV cache. Nearly full, a new 8k-token
+    prompt waits there for running requests to finish, which their predicted decode work says:
+    long ones, and an H100 with prompts queued is sooner; short ones, and room comes soon."""
+    full = make_snapshot(
+        name="full",
+        profile=L4,
+        gpu_count=1,
+        max_model_len=32_768,
+        kv_cache_usage=0.9,
+        decode_tokens_per_second=20.0,
+    )
+    queued = make_snapshot(name="queued", profile=H100, gpu_count=1, max_model_len=LONG)
+    router = make_router(full, queued)
+    router.work = WorkTable(by_intent={("m", ""): WorkFigures(100, 2_000, 4_000)})
+    assert 30_000 < node_rates(router.fleet, full).kv_tokens < 50_000
+    occupy(router.fleet, queued, 6, prompt_tokens=8_000)
+
+    def running(completion: int) -> list:
+        tickets = [
+            router.fleet.begin(full.id, prompt_tokens=9_000, completion_tokens=completion)
+            for _ in range(4)
+        ]
+        for ticket in tickets:
+            router.fleet.prefilled(ticket)
+        heartbeat(router.fleet, full, queued)
+        return tickets
+
+    tickets = running(2_000)
+    request = route_request(prompt_tokens=8_000, completion_tokens=None, max_tokens=None)
+    assert router.decide(request).node.name == "queued"
+    assert request.completion_tokens == 2_000  # predicted: the model's median
+    assert predicted_wait(router.fleet, full, request) > 10  # 2,000 tokens at 20 tokens/s
+    for ticket in tickets:
+        router.fleet.end(ticket)
+    running(20)
+    short = route_request(prompt_tokens=8_000, completion_tokens=20)
+    assert predicted_wait(router.fleet, full, short) < 1
+
+
+def test_a_node_whose_batch_is_full_waits_for_a_slot():
+    full = make_snapshot(
+        name="full", max_num_seqs=4, max_model_len=LONG, decode_tokens_per_second=20.0
+    )
+    router = make_router(full)
+    for ticket in occupy(router.fleet, full, 4):
+        router.fleet.prefilled(ticket)  # decoding: no prompt queued ahead
+    heartbeat(router.fleet, full)
+    # The four running ones are predicted 100 tokens each: a slot frees in about a quarter of
+    # their five seconds.
+    request = route_request(prompt_tokens=10, completion_tokens=100)
+    assert predicted_wait(router.fleet, full, request) == pytest.approx(100 / 20 / 4)
+
+
+def test_prefix_affinity_weighs_the_saved_prefill_against_the_nodes_wait():
+    holder, other = (
+        make_snapshot(name=name, profile=H100, gpu_count=1, max_model_len=LONG, max_num_seqs=64)
+        for name in ("holder", "other")
+    )
+    router = make_router(holder, other)
+    blocks = tuple(range(1, 41))  # 20k tokens
+    router.fleet.begin(holder.id, prompt_tokens=10, completion_tokens=1, blocks=blocks)
+    request = route_request(prompt_tokens=40 * PREFIX_BLOCK_TOKENS, prefix_blocks=blocks)
+    idle = scores_of(router.decide(request))["holder"]["affinity"]
+    assert idle > 0.9  # the whole prompt, and almost no wait
+    # However many requests it runs (no count switches it off), what matters is their wait.
+    for ticket in occupy(router.fleet, holder, 40, prompt_tokens=1):
+        router.fleet.prefilled(ticket)
+    assert scores_of(router.decide(request))["holder"]["affinity"] > 0.9
+    assert router.decide(request).node.name == "holder"
+    # A long prompt queued ahead: the cached prefix saves less than the wait costs.
+    router.fleet.begin(holder.id, prompt_tokens=200_000, completion_tokens=1)
+    assert scores_of(router.decide(request))["holder"]["affinity"] < 0.2 * idle
+    assert router.decide(request).node.name == "other"
