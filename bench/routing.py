@@ -3,7 +3,8 @@
     .venv/bin/python bench/routing.py
 
 Part 1 times Router.decide over 50 live nodes (mixed load, temperatures, prices; a canary
-version; prefix block hashes; this gateway's queued work) with time.perf_counter_ns, after a
+version; prefix block hashes; this gateway's queued work; completions predicted from a work
+table by intent and key) with time.perf_counter_ns, after a
 warm-up, and prints p50/p99/max.
 Part 2 runs tests/routing/simulation.py for both policies and prints the table the README keeps.
 """
@@ -26,6 +27,7 @@ NODES = 50
 
 def decision_benchmark() -> dict[str, float]:
     from apps.models.catalog import VersionEntry
+    from apps.routing.work import WorkFigures, WorkTable
     from tests.routing.factories import make_model_entry, make_router, make_snapshot, route_request
 
     rng = random.Random(3)
@@ -57,6 +59,18 @@ def decision_benchmark() -> dict[str, float]:
     ]
     router = make_router(*nodes)
     router.fleet.stale_after = 1e9  # the snapshots are made once; nothing refreshes them here
+    # Predicted completions (apps.routing.work) per intent and for 500 keys with history.
+    intents = ("chat", "code", "summarization", "translation", "")
+    router.work = WorkTable(
+        by_intent={
+            (model.name, intent): WorkFigures(1000, rng.randint(50, 800), 2000)
+            for intent in intents
+        },
+        by_key={
+            (model.name, rng.choice(intents), key): WorkFigures(100, rng.randint(50, 800), 2000)
+            for key in range(500)
+        },
+    )
 
     def blocks() -> tuple[int, ...]:
         # A shared first block (a system prompt), then the conversation's own: up to 64 blocks.
@@ -78,11 +92,16 @@ def decision_benchmark() -> dict[str, float]:
             affinity=rng.getrandbits(64),
             prompt_tokens=rng.randint(100, 30_000),
             prefix_blocks=blocks(),
+            completion_tokens=None,  # predicted by the router
+            max_tokens=rng.choice((None, 2048, 256)),
+            intent=rng.choice(intents),
+            key_id=rng.randint(0, 999),
         )
         for _ in range(DECISIONS)
     ]
     for request in requests[:1000]:
         router.decide(request)
+        request.completion_tokens = None  # predicted again when timed
     samples = []
     for request in requests:
         started = time.perf_counter_ns()

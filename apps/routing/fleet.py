@@ -32,13 +32,6 @@ class NodeWork:
     new_requests: int = 0
     new_prefilling: int = 0
 
-    def at_heartbeat(self) -> tuple[int, int]:
-        """Of this process's requests, how many the node's last heartbeat counted, and how
-        many of those it counted as not yet prefilled."""
-        return max(self.requests - self.new_requests, 0), max(
-            self.prefilling - self.new_prefilling, 0
-        )
-
 
 @dataclass(slots=True)
 class Ticket:

@@ -13,15 +13,19 @@ filters  drained (an operator's cordon: in-flight requests finish, no new ones c
          completion fit the node), kv_cache (headroom left), temperature (below the drain
          threshold), saturated (the engine's queue plus this gateway's requests beyond the
          engine's batch, below a cap)
-scorers  queue (predicted wait: queued prompt tokens and the request's own uncached ones at the
-         node's prefill rate, measured by its engine or from its hardware profile, plus part of
-         its decode time), kv_cache, bandwidth
-         (memory-bandwidth pressure), temperature (derating), latency (P95 against the model's
-         SLA), cost (per 1K tokens), affinity (the share of the prompt's block hashes this
-         gateway last sent the node or its engine reports it holds; for a prompt no node holds
-         any of, the node its last block hashes to; for one without a full block, the node its
-         system prompt hashes to; while the node is not overloaded), hardware (the routing
-         table's preference)
+scorers  queue (predicted first token: the longer of the queued prompt tokens at the node's
+         prefill rate, measured by its engine or from its hardware profile, and the wait for a
+         batch slot and KV cache, which running requests free over their predicted decode
+         time; then the request's own uncached tokens; plus a small part of its decode time),
+         kv_cache, bandwidth (memory-bandwidth pressure), temperature (derating), latency (P95
+         against the model's SLA), cost (per 1K tokens), affinity (the share of the prompt's
+         block hashes this gateway last sent the node or its engine reports it holds, weighed by
+         the prefill it saves against the node's predicted wait; for a prompt no node holds any
+         of, the node its last block hashes to; for one without a full block, the node its
+         system prompt hashes to), hardware (the routing table's preference)
+
+A request's decode work is predicted (apps.routing.work: its model, intent and key's median
+completion from the ledger, capped by max_tokens), not read off max_tokens.
 
 A decision with no node is "saturated", and the request waits in the admission queue, when a
 node was refused for what passes soon (queue or KV cache full) and the others only because they
@@ -77,10 +81,6 @@ PREDICTION_SLACK_SECONDS = 0.1
 # tokens/s while it prefills, and the term sent its short prompts to queue on H100s); 0.01 kept
 # the best TTFT p95 and, against 0, the lower end-to-end p95 on Mooncake's long prompts.
 DECODE_SECONDS_WEIGHT = 0.01
-# The share of a node's KV cache (as its profile predicts it) the wait model counts on: the
-# engine's real pool is smaller by its activation reserve and CUDA graphs (an L4 holds about 20%
-# fewer tokens than memory less weights says), and running requests grow as they decode.
-KV_USABLE_SHARE = 1.0
 # The affinity of a prompt no node holds any of for the node its hash makes its home: going
 # there saves nothing now (only later prompts sharing it find it there), so the home breaks
 # near-ties between nodes and never outweighs a shorter predicted wait elsewhere.
@@ -257,6 +257,7 @@ class _Context:
     cost: dict[int, float | None] = field(default_factory=dict)
     ttft: dict[int, float] = field(default_factory=dict)  # predicted seconds to first token
     wait: dict[int, float] = field(default_factory=dict)  # of them, before its prefill starts
+    rates: dict[int, NodeRates] = field(default_factory=dict)
     predicted: dict[int, float] = field(default_factory=dict)  # ttft plus weighted decode
     matched: dict[int, int] = field(default_factory=dict)  # leading prefix blocks per node
     best_predicted: float = 0.0
@@ -395,7 +396,7 @@ def _affinity_score(ctx: _Context, node: NodeSnapshot) -> float:
         matched = ctx.matched[node.id]
         if not matched:
             return 0.0
-        rates = node_rates(ctx.fleet, node)
+        rates = ctx.rates.get(node.id) or node_rates(ctx.fleet, node)
         saved = min(matched * PREFIX_BLOCK_TOKENS, ctx.request.prompt_tokens) / rates.prefill
         return matched / len(blocks) * saved / (saved + _wait(ctx, node))
     if node.id != ctx.affinity_node:
@@ -523,61 +524,61 @@ def predicted_ttft(
     return predicted_wait(fleet, node, request) + own / node_rates(fleet, node).prefill
 
 
-def predicted_wait(fleet: FleetView, node: NodeSnapshot, request: RouteRequest) -> float:
-    """Seconds before the request's prefill starts on the node: the longer of the prompt tokens
-    queued ahead of it (what this process sent and has no first token for, plus the engine's
-    other waiting requests at an assumed size) at the node's prefill rate, and the wait for KV
-    cache or a batch slot (room_wait)."""
+def predicted_wait(
+    fleet: FleetView, node: NodeSnapshot, request: RouteRequest, rates: NodeRates | None = None
+) -> float:
+    """Seconds before the request's prefill starts on the node: the longer of
+
+    - the prompt tokens queued ahead of it (what this process sent and has no first token for,
+      plus the engine's other requests at an assumed size) at the node's prefill rate, and
+    - the wait for room: a batch slot (--max-num-seqs) and KV cache for its prompt and
+      predicted completion. None while the node's requests and queued prompts leave room;
+      beyond that, running requests must finish first. They finish over their predicted decode
+      time (this process's predictions of its own, else this request's), each on average
+      half-way through: freeing a share of the slots, or of what the cache holds, takes about
+      that share of it.
+
+    Per node and decision: plain arithmetic, no call it can avoid."""
+    if rates is None:
+        rates = node_rates(fleet, node)
+    engine = node.engine
     work = fleet.work.get(node.id)
     if work is not None:
-        tracked, queued = work.requests, work.prefill_tokens
-        counted, prefilling = work.at_heartbeat()
+        tracked = work.requests
+        queued = work.prefill_tokens
+        # Ours that the engine's last heartbeat counted: those in flight less those sent since
+        # (ended ones it still counts, too).
+        counted = tracked - work.new_requests
+        prefilling = work.prefilling - work.new_prefilling
+        typical = work.decode_tokens / tracked if tracked else request.decode_tokens
     else:
         tracked = queued = counted = prefilling = 0
-    # The engine's requests that are not ours (its heartbeat counted ours then in flight, not
-    # those sent since, and still counts those that ended since): the waiting ones whole, the
-    # running ones at a share.
-    engine = node.engine
-    others = max(engine.num_requests_running + engine.num_requests_waiting - counted, 0)
-    others_waiting = min(others, max(engine.num_requests_waiting - prefilling, 0))
-    unknown = (others_waiting + (others - others_waiting) * UNKNOWN_RUNNING_SHARE) * (
-        UNKNOWN_PROMPT_TOKENS
-    )
-    rates = node_rates(fleet, node)
-    prefill_wait = (queued + unknown) / rates.prefill
-    requests = tracked + others
-    return max(prefill_wait, room_wait(fleet, node, request, queued + unknown, requests, rates))
-
-
-def room_wait(
-    fleet: FleetView,
-    node: NodeSnapshot,
-    request: RouteRequest,
-    queued: float,
-    requests: float,
-    rates: NodeRates,
-) -> float:
-    """Seconds until the node has room for the request: a batch slot (--max-num-seqs) and KV
-    cache for its prompt and predicted completion. None is needed while the `requests` on the
-    node (and the `queued` prompt tokens not yet in its cache) leave room; beyond that, running
-    requests must finish first. They finish over their predicted decode time (this process's
-    predictions of its own, else this request's), each on average half-way through: freeing a
-    share of the slots, or of what the cache holds, takes about that share of it."""
-    work = fleet.work.get(node.id)
-    if work is not None and work.requests:
-        typical = work.decode_tokens / work.requests
-    else:
         typical = request.decode_tokens
-    decode_seconds = typical / rates.decode
-    wait = 0.0
+    # The engine's requests that are not ours: the waiting ones whole, the running ones at a
+    # share.
+    waiting = engine.num_requests_waiting
+    others = engine.num_requests_running + waiting - (counted if counted > 0 else 0)
+    if others > 0:
+        others_waiting = waiting - (prefilling if prefilling > 0 else 0)
+        others_waiting = min(others, others_waiting) if others_waiting > 0 else 0
+        queued += (others_waiting + (others - others_waiting) * UNKNOWN_RUNNING_SHARE) * (
+            UNKNOWN_PROMPT_TOKENS
+        )
+    else:
+        others = 0
+    wait = queued / rates.prefill
+    # Room.
     slots = node.max_num_seqs
-    if slots and requests + 1 > slots:
-        wait = (requests + 1 - slots) / slots * decode_seconds
-    capacity = rates.kv_tokens * KV_USABLE_SHARE
-    held = node.engine.kv_cache_usage * rates.kv_tokens
+    short = tracked + others + 1 - slots if slots else 0
+    capacity = rates.kv_tokens
+    held = engine.kv_cache_usage * capacity
     excess = held + queued + request.prompt_tokens + request.decode_tokens - capacity
-    if excess > 0 and held > 0:
-        wait = max(wait, excess / held * decode_seconds)
+    if short > 0 or (excess > 0 and held > 0):
+        decode_seconds = typical / rates.decode
+        if short > 0:
+            wait = max(wait, short / slots * decode_seconds)
+        if excess > 0 and held > 0:
+            wait = max(wait, excess / held * decode_seconds)
     return wait
 
 
@@ -741,8 +742,8 @@ class Router:
             decode_tokens = request.decode_tokens
             for verdict, _ in eligible:
                 node = verdict.node
-                rates = node_rates(fleet, node)
-                wait = ctx.wait[node.id] = predicted_wait(fleet, node, request)
+                rates = ctx.rates[node.id] = node_rates(fleet, node)
+                wait = ctx.wait[node.id] = predicted_wait(fleet, node, request, rates)
                 own = request.prompt_tokens
                 own -= min(matched.get(node.id, 0) * PREFIX_BLOCK_TOKENS, own)
                 ttft = ctx.ttft[node.id] = wait + own / rates.prefill
