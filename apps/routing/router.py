@@ -75,8 +75,8 @@ PREDICTION_SLACK_SECONDS = 0.1
 # The queue score weighs a second of predicted decoding this much against a second of waiting for
 # the first token: a user sees the first token's delay whole, and a slow stream far less; the
 # term only keeps a long predicted generation off a node that decodes many times slower (an L4's
-# 13 tokens/s against an H100's 70). Chosen on the replay's tuning slices (README: Mooncake's
-# requests 3,000-3,999 and Azure's 2,000-3,499; figures are reported on other slices): 0.5 and
+# 13 tokens/s against an H100's 70). Chosen on the replay's tuning slices (Mooncake's requests
+# 1,000-3,999 and Azure's 1,000-3,499; the figures are reported on later ones): 0.5 and
 # 0.1 cost the first token whole seconds at 80-95% load (a busy A100's stream slows to 18
 # tokens/s while it prefills, and the term sent its short prompts to queue on H100s); 0.01 kept
 # the best TTFT p95 and, against 0, the lower end-to-end p95 on Mooncake's long prompts.

@@ -349,7 +349,7 @@ if __name__ == "__main__":
 
     django.setup()
     # The README's segments: the traces' requests after those the router was tuned on.
-    segments = {"mooncake": (6000, None), "azure": (3000, None)}
+    segments = {"mooncake": (6000, None), "azure": (3500, None)}
     for name in sys.argv[1:] or segments:
         start, size = segments[name]
         print(

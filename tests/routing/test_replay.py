@@ -2,8 +2,8 @@
 traces through modelled vLLM engines (tests/routing/replay.py, tests/routing/engine.py).
 
 The slices are locked: Mooncake's requests 8,000-8,999 and Azure's 4,500-5,999, inside the
-segments the README reports (Mooncake 6,000 on, Azure 3,000 on), apart from the segments the
-router's constants were chosen on (Mooncake 1,000-2,999, Azure 1,000-2,999). Each way of
+segments the README reports (Mooncake 6,000 on, Azure 3,500 on), apart from the segments the
+router's constants were chosen on (Mooncake 1,000-3,999, Azure 1,000-3,499). Each way of
 sending max_tokens at each load is one case, and any of them may fail: the router must have the
 lowest TTFT p95, and a cache hit rate no lower than two thirds of prefix-greedy's.
 `python -m tests.routing.replay` with DJANGO_SETTINGS_MODULE set prints the README's tables.
