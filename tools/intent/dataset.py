@@ -6,6 +6,7 @@ natural.jsonl is written by hand, the way users type, and never used for trainin
 
 from __future__ import annotations
 
+import gzip
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,11 @@ HELDOUT_FILE = "heldout.jsonl"
 NATURAL_FILE = "natural.jsonl"
 # Built unlike the training data (tools/intent/realistic.py, data/README.md); never trained on.
 REALISTIC_FILE = "realistic.jsonl"
+# Human-written prompts from public collections, labelled by LABELLING.md (tools/intent/real.py):
+# trained on, tuned on (dev), and evaluated once per change (test, locked: its hash is pinned).
+REAL_TRAIN_FILE = "real_train.jsonl.gz"
+REAL_DEV_FILE = "real_dev.jsonl.gz"
+REAL_TEST_FILE = "real_test.jsonl.gz"
 LANGS = ("en", "zh", "mixed")
 
 
@@ -45,22 +51,27 @@ class Example:
         return row
 
 
+def read_text(name: str, directory: Path = DATA_DIR) -> str:
+    """Return a data file's text, gunzipped when its name ends in .gz."""
+    data = (directory / name).read_bytes()
+    return (gzip.decompress(data) if name.endswith(".gz") else data).decode("utf-8")
+
+
 def load_examples(name: str, directory: Path = DATA_DIR) -> list[Example]:
     """Read one data file; fail on a label or language the classifier does not know."""
     examples = []
-    with (directory / name).open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            row = json.loads(line)
-            example = Example(
-                row["text"],
-                row["label"],
-                row["lang"],
-                row.get("family", ""),
-                tuple(row.get("messages", ())),
-            )
-            if example.label not in LABELS or example.lang not in LANGS:
-                raise ValueError(f"{name}:{number}: unknown label or lang in {row}")
-            examples.append(example)
+    for number, line in enumerate(read_text(name, directory).split("\n"), 1):
+        if not line.strip():
+            continue
+        row = json.loads(line)
+        example = Example(
+            row["text"],
+            row["label"],
+            row["lang"],
+            row.get("family", ""),
+            tuple(row.get("messages", ())),
+        )
+        if example.label not in LABELS or example.lang not in LANGS:
+            raise ValueError(f"{name}:{number}: unknown label or lang in {row}")
+        examples.append(example)
     return examples
