@@ -4,9 +4,11 @@ no Django set-up:
     python -m tools.intent train [--seed N] [--epochs N] [--output PATH]
     python -m tools.intent report [--json]
 
-`train` retrains the model on the shipped training split and writes its artifact (the one the
-gateway loads, apps/gateway/intent/artifacts, unless --output says otherwise); `report` prints
-the shipped model's accuracy and confusion on the held-out sets, and its calibration.
+`train` retrains the model on the shipped training splits (templated and real) and writes its
+artifact (the one the gateway loads, apps/gateway/intent/artifacts, unless --output says
+otherwise); `report` prints the shipped model's accuracy and confusion, per label and per
+language, on the real prompts' dev split and locked test split (data/README.md), on the team's
+own held-out sets, and its calibration.
 """
 
 from __future__ import annotations
@@ -20,7 +22,14 @@ from pathlib import Path
 from apps.gateway.intent.model import ARTIFACT_PATH, IntentModel
 from tools.intent.calibrate import calibration
 from tools.intent.calibrate import render as render_calibration
-from tools.intent.dataset import HELDOUT_FILE, NATURAL_FILE, REALISTIC_FILE, load_examples
+from tools.intent.dataset import (
+    HELDOUT_FILE,
+    NATURAL_FILE,
+    REAL_DEV_FILE,
+    REAL_TEST_FILE,
+    REALISTIC_FILE,
+    load_examples,
+)
 from tools.intent.evaluate import evaluate, render
 from tools.intent.train import EPOCHS, SEED, data_digest, train_from_files
 
@@ -34,11 +43,11 @@ def train(seed: int, epochs: int, output: Path) -> None:
     model = train_from_files(seed=seed, epochs=epochs)
     elapsed = time.perf_counter() - started
     model.save(output)
-    realistic = evaluate(model, load_examples(REALISTIC_FILE))
+    dev = evaluate(model, load_examples(REAL_DEV_FILE))
     out(
         f"trained on {model.provenance.examples} prompts in {elapsed:.1f}s "
         f"(seed {seed}, {epochs} epochs); temperature {model.temperature:.2f}; "
-        f"realistic-set accuracy {realistic.overall:.3f}; wrote {output} "
+        f"real dev accuracy {dev.overall:.3f}; wrote {output} "
         f"({output.stat().st_size / 1e6:.1f} MB)"
     )
 
@@ -47,6 +56,8 @@ def report(as_json: bool) -> None:
     model = IntentModel.load(ARTIFACT_PATH)
     provenance = model.provenance
     stale = provenance.data_sha256 != data_digest()
+    real_dev = evaluate(model, load_examples(REAL_DEV_FILE))
+    real_test = evaluate(model, load_examples(REAL_TEST_FILE))
     heldout = evaluate(model, load_examples(HELDOUT_FILE))
     natural = evaluate(model, load_examples(NATURAL_FILE))
     realistic_examples = load_examples(REALISTIC_FILE)
@@ -62,6 +73,8 @@ def report(as_json: bool) -> None:
                 "stale": stale,
                 "temperature": model.temperature,
             },
+            "real_dev": real_dev.as_dict(),
+            "real_test": real_test.as_dict(),
             "realistic": realistic.as_dict(),
             "calibration": {
                 "set": REALISTIC_FILE,
@@ -86,6 +99,8 @@ def report(as_json: bool) -> None:
             "WARNING: the training data changed since this artifact was trained; "
             "run python -m tools.intent train.\n"
         )
+    out(render(real_dev, "Real prompts, dev split (tuned on)") + "\n\n")
+    out(render(real_test, "Real prompts, locked test split (never tuned on)") + "\n\n")
     out(render(realistic, "Realistic set (pasted material, boilerplate, conversations)") + "\n\n")
     out(render(heldout, "Held-out split (phrasing families never trained on)"))
     out("\n\n" + render(natural, "Natural set (hand-written, never trained on)"))

@@ -19,7 +19,15 @@ from apps.gateway.intent.labels import LABELS
 from apps.gateway.intent.model import IntentModel, Provenance
 from tools.intent.augment import augment
 from tools.intent.calibrate import fit_temperature
-from tools.intent.dataset import DATA_DIR, HELDOUT_FILE, TRAIN_FILE, Example, load_examples
+from tools.intent.dataset import (
+    DATA_DIR,
+    REAL_DEV_FILE,
+    REAL_TRAIN_FILE,
+    TRAIN_FILE,
+    Example,
+    load_examples,
+    read_text,
+)
 
 SEED = 1729
 # Chosen on the held-out parts of three other generator seeds' splits, never the shipped one.
@@ -66,7 +74,11 @@ def _softmax(logits: np.ndarray) -> np.ndarray:
 
 
 def data_digest(directory: Path = DATA_DIR) -> str:
-    return hashlib.sha256((directory / TRAIN_FILE).read_bytes()).hexdigest()
+    """Return the hash of what the model is trained on: the templated and the real train splits."""
+    digest = hashlib.sha256()
+    for name in (TRAIN_FILE, REAL_TRAIN_FILE):
+        digest.update(read_text(name, directory).encode("utf-8"))
+    return digest.hexdigest()
 
 
 def train(
@@ -119,8 +131,9 @@ def train(
 
 
 def train_from_files(*, seed: int = SEED, epochs: int = EPOCHS) -> IntentModel:
-    """Train on the shipped training split and its augmented copies (augment.py), then fit the
-    temperature on the generator's held-out split (never on data/realistic.jsonl)."""
-    examples = augment(load_examples(TRAIN_FILE), seed)
+    """Train on the templated training split and its augmented copies (augment.py) plus the
+    real prompts' train split (real.py), then fit the temperature on the real dev split (never
+    on the locked test split, nor on data/realistic.jsonl)."""
+    examples = augment(load_examples(TRAIN_FILE), seed) + load_examples(REAL_TRAIN_FILE)
     model = train(examples, seed=seed, epochs=epochs, digest=data_digest())
-    return fit_temperature(model, load_examples(HELDOUT_FILE))
+    return fit_temperature(model, load_examples(REAL_DEV_FILE))
