@@ -1,10 +1,10 @@
 """Benchmark the intent classifier: artifact load time, classify latency by prompt length.
 
 Run from the repository root: `.venv/bin/python bench/intent.py`. No Django: the intent package
-imports only numpy. Prompts are the held-out, hand-written and realistic sets (tools/intent/data)
-as written, plus the same prompts padded with prose to 1-8 KB (instruction first or last), so a
-third of the calls pay for a long read. Targets (issue 19): p99 under 1 ms up to 1 KB, under 2 ms
-up to 8 KB, on one core.
+imports only numpy. Prompts are the held-out, hand-written, realistic and real-prompt dev sets
+(tools/intent/data) as written, plus the same prompts padded with prose to 1-8 KB (instruction
+first or last), so a third of the calls pay for a long read. Targets (issues 19 and 34): p99
+under 1 ms up to 1 KB, under 2 ms up to 8 KB, on one core.
 """
 
 from __future__ import annotations
@@ -20,7 +20,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from apps.gateway.intent import classify, load
 from apps.gateway.intent.model import ARTIFACT_PATH, IntentModel
-from tools.intent.dataset import HELDOUT_FILE, NATURAL_FILE, REALISTIC_FILE, load_examples
+from tools.intent.dataset import (
+    HELDOUT_FILE,
+    NATURAL_FILE,
+    REAL_DEV_FILE,
+    REALISTIC_FILE,
+    load_examples,
+)
 from tools.intent.tables import load_table
 
 PROMPTS = 3_000
@@ -34,7 +40,7 @@ BUCKETS = ((0, 256), (257, 1_024), (1_025, 4_096), (4_097, LONG_CHARS))
 
 def prompts(count: int, rng: random.Random) -> list[str]:
     """Return `count` prompts: real ones and, for a third of them, the same padded to 1-8 KB."""
-    sets = (HELDOUT_FILE, NATURAL_FILE, REALISTIC_FILE)
+    sets = (HELDOUT_FILE, NATURAL_FILE, REALISTIC_FILE, REAL_DEV_FILE)
     real = [e.prompt for name in sets for e in load_examples(name)]
     prose = [" ".join(p) for p in load_table("fillers_en")["passages"]]
     prose += ["".join(p) for p in load_table("fillers_zh")["passages"]]

@@ -13,6 +13,8 @@ A page asks for one with a line `<!-- reference: NAME -->`; an unknown name fail
   is a broken anchor, which --strict fails).
 - `dashboard`: the Grafana dashboard's rows and panels (deploy/grafana/dmx-platform.json).
 - `settings`: every environment variable the platform reads (tools/docs/settings.py).
+- `intent-labelling`: the intent labelling guide, tools/intent/LABELLING.md, less its title
+  (the page has its own) and with its links to the code as code names.
 """
 
 from __future__ import annotations
@@ -326,6 +328,11 @@ def settings() -> str:
         raise PluginError(f"settings page: {error}") from error
 
 
+def intent_labelling() -> str:
+    guide = (ROOT / "tools" / "intent" / "LABELLING.md").read_text(encoding="utf-8")
+    return guide.split("\n", 1)[1].lstrip("\n")
+
+
 GENERATORS: dict[str, Callable[[], str]] = {
     "v1-endpoints": v1_endpoints,
     "v1-errors": v1_errors,
@@ -333,4 +340,5 @@ GENERATORS: dict[str, Callable[[], str]] = {
     "alerts": alerts,
     "dashboard": dashboard,
     "settings": settings,
+    "intent-labelling": intent_labelling,
 }
