@@ -213,8 +213,31 @@ def test_compiled_features_follow_the_spec(text):
     np.testing.assert_allclose(values, expected, rtol=1e-5)
 
 
+# Clear prompts the shipped model gets wrong, each with why; strict, so that one it gets right
+# again fails here until its line goes. Since issue 34 the model also learns from real prompts,
+# where a named programming language nearly always means a code task, and real comparisons are
+# few (26 asks): a comparison of two languages "for backend development" now reads as code
+# (0.8). The labelling guide (tools/intent/LABELLING.md, borderline case 1) says comparison.
+KNOWN_MISSES = {
+    "Compare Python and JavaScript for backend development.": (
+        "issue 34: real prompts taught that language names mean code; too few real comparisons"
+    ),
+}
+
+
 @pytest.mark.parametrize(
-    ("label", "text"), [(label, text) for label, texts in CLEAR.items() for text in texts]
+    ("label", "text"),
+    [
+        pytest.param(
+            label,
+            text,
+            marks=[pytest.mark.xfail(strict=True, reason=KNOWN_MISSES[text])]
+            if text in KNOWN_MISSES
+            else [],
+        )
+        for label, texts in CLEAR.items()
+        for text in texts
+    ],
 )
 def test_clear_prompts_classify_correctly(label, text):
     assert classify(text).label == label

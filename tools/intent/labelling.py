@@ -99,7 +99,9 @@ COMPARISON = re.compile(
     r"\bcompar\w*|\bdifferences? between\b|\bhow (?:does|do|is|are) .{1,60} differ\b|"
     r"\bdiffer(?:ent|s)? from\b|\bvs\.?\b|\bversus\b|\bpros and cons\b|"
     r"\badvantages and disadvantages\b|\bwhich is better\b|\bbetter than\b|"
-    r"比较|对比|区别|不同之处|有何不同|有什么不同|优缺点|优劣|相比|哪个更|异同",
+    # Not a bare 比较 (also "rather": 比较难) or 相比 (also "compared with" inside a statement).
+    r"比较一下|(?:和|与|跟|同).{1,24}(?:比较|对比|相比(?:有|如何|哪))|对比|区别|不同之处|有何不同|"
+    r"有什么不同|优缺点|优劣|哪个更|哪一个更|异同",
     _I,
 )
 CREATIVE = re.compile(
