@@ -307,6 +307,8 @@ ARTICLE = (
         ("Summarize this article in one sentence.", ARTICLE, "summarization", 6),
         ("Python vs Go for a small command-line tool?", "", "comparison", 7),
         ("Which is a species of fish? Tope or Rope", "", "chat", 7),
+        ("今天比较冷，穿什么衣服好？", "", "chat", 7),
+        ("比较一下苹果和安卓手机", "", "comparison", 7),
         ("Act as a senior engineer and review my SQL: SELECT * FROM users", "", "code", 9),
         ("Give me five tips to sleep better.", "", "chat", 5),
         ("Rewrite this email so it sounds more professional.", "hey, need it asap", "creative", 5),
