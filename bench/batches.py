@@ -156,12 +156,12 @@ async def interactive(gateway_url: str, key: str, *, rate: float, seconds: float
                 if reply.status_code != 200:
                     failures += 1
                     return
+                first = None
                 async for line in reply.aiter_lines():
-                    if line.startswith("data: ") and '"content"' in line:
-                        ttfts.append(time.perf_counter() - started)
-                        break
-                async for _ in reply.aiter_bytes():
-                    pass
+                    if first is None and line.startswith("data: ") and '"content"' in line:
+                        first = time.perf_counter() - started
+                if first is not None:
+                    ttfts.append(first)
         except httpx.HTTPError:
             failures += 1
 
@@ -325,7 +325,9 @@ def write(args, rounds: list[dict]) -> None:
         f"`bench/batches.py --rounds {args.rounds} --window {args.window:g} --rate {args.rate:g} "
         f"--lines {args.lines}`: two vLLM CPU workers (tiny model), streamed interactive chat "
         f"completions at {args.rate:g}/s (Poisson), windows of {args.window:g} s alternating "
-        "A (no batch) and B (a batch running). TTFT in ms.",
+        "A (no batch) and B (a batch running). TTFT in ms. Batch settings: "
+        f"DMX_BATCH_MAX_BUSY={os.environ.get('DMX_BATCH_MAX_BUSY', '0.5 (default)')}, "
+        f"DMX_BATCH_CONCURRENCY={os.environ.get('DMX_BATCH_CONCURRENCY', '8 (default)')}.",
         "",
         "| round | A p50 | A p95 | B p50 | B p95 | B/A p95 | batch lines/s in B | failed |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|",

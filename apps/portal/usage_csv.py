@@ -39,6 +39,7 @@ COLUMNS = (
     "cached_tokens",  # of prompt_tokens, served from the engine's prefix cache
     "cost",
     "currency",
+    "batch_id",  # the batch (/v1/batches) it ran in, at the batch price; empty otherwise
 )
 
 
@@ -70,6 +71,7 @@ def _row(record: UsageRecord, currency: str) -> list:
         record.cached_tokens,
         record.cost,
         currency,
+        record.batch_id,
     ]
 
 

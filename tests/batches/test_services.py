@@ -278,3 +278,16 @@ def test_an_answer_whose_text_postgresql_json_cannot_hold_is_kept_and_given_back
     assert sent in line
     assert json.loads(line)["response"]["body"]["choices"][0]["message"]["content"] == "odd \0 text"
     assert batch.input_tokens == 1
+
+
+def test_lines_that_share_their_prompts_start_are_run_one_after_another():
+    """So that the router's prefix affinity sends them to the node that caches that start."""
+    shared = "You are a careful reviewer. " * 40  # longer than the key's PREFIX_CHARS
+    lines = []
+    for i in range(6):
+        text = (shared if i % 2 else f"Question {i}: ") + f"item {i}"
+        lines.append(request(f"l{i}", text=text))
+    batch = validated(lines)
+    order = [line.custom_id for line in services.lines_claim(batch, 6)]
+    together = [order.index(c) for c in ("l1", "l3", "l5")]
+    assert max(together) - min(together) == 2, order

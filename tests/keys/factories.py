@@ -37,6 +37,7 @@ def make_staff(role: str | None, **fields) -> User:
         if not Group.objects.filter(name=role).exists():
             _ROLES._create_roles(installed_apps, None)
             _BILLING_ROLES.grant_roles(installed_apps)
+            _BILLING_ROLES.grant_roles(installed_apps, app_label="batches")
         user.groups.add(Group.objects.get(name=role))
     return user
 

@@ -12,7 +12,7 @@ from apps.keys.models import ApiKey
 from tests.keys.factories import make_api_key, make_staff
 
 pytestmark = pytest.mark.django_db
-PLATFORM_APPS = ("keys", "billing", "models", "hardware", "routing", "gateway")
+PLATFORM_APPS = ("keys", "billing", "models", "hardware", "routing", "gateway", "batches")
 
 
 def test_the_groups_cover_every_model_of_the_platform():

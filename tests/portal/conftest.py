@@ -65,7 +65,11 @@ def make_record(key: ApiKey, at: datetime, **fields) -> UsageRecord:
         **fields,
     )
     daily, _ = UsageDaily.objects.get_or_create(
-        day=at.date(), api_key=key, tenant=key.tenant, model=record.model
+        day=at.date(),
+        api_key=key,
+        tenant=key.tenant,
+        model=record.model,
+        batch=bool(record.batch_id),
     )
     daily.requests += 1
     daily.prompt_tokens += record.prompt_tokens

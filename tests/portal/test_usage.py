@@ -89,7 +89,7 @@ def test_the_export_streams_the_records_of_the_range(owner, stranger, monkeypatc
     inside = [
         make_record(key, day + timedelta(hours=1), request_id="req_a"),
         make_record(key, day + timedelta(days=1, hours=23, minutes=59), request_id="req_b"),
-        make_record(key, day + timedelta(days=2), request_id="req_c"),
+        make_record(key, day + timedelta(days=2), request_id="req_c", batch_id="batch_x"),
     ]
     make_record(key, day - timedelta(seconds=1), request_id="req_before")
     make_record(key, day + timedelta(days=3), request_id="req_after")
@@ -110,6 +110,7 @@ def test_the_export_streams_the_records_of_the_range(owner, stranger, monkeypatc
     first = dict(zip(rows[0], rows[1], strict=True))
     assert first["key_id"] == key.key_id and first["key_name"] == "prod"
     assert first["total_tokens"] == "15" and first["created_at"].startswith("2025-03-10T01:00")
+    assert first["batch_id"] == "" and rows[3][-1] == "batch_x"
 
 
 @pytest.mark.parametrize(
