@@ -56,6 +56,7 @@ async def forward(state: CompletionState, runtime: GatewayRuntime) -> None:
             prompt_ids=prompt_ids or (),
             prompt_param=request.param,
             streamed=request.stream,
+            batch_line=bool(state.batch_id),
         ),
         state.clock,
         asked=request.model,

@@ -33,7 +33,6 @@ from django.conf import settings
 from redis.asyncio import Redis
 
 from apps.hardware.nodestate import NodeSnapshot, fleet_key
-from apps.keys.choices import PriorityTier
 from apps.keys.gate import MODEL_CHARS
 from apps.models.catalog import Catalog, ModelEntry
 from apps.models.errors import ModelsErrorCode
@@ -361,7 +360,7 @@ class Dispatch:
         # more than DMX_BATCH_CONCURRENCY at once): refused, it would only be sent again.
         wait = (
             settings.DMX_BATCH_WAIT_SECONDS
-            if priority == PriorityTier.BATCH
+            if request.batch_line
             else settings.DMX_ADMISSION_TIMEOUT_SECONDS
         )
         deadline = time.monotonic() + wait

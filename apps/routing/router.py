@@ -45,7 +45,6 @@ from dataclasses import dataclass, field
 from django.conf import settings
 
 from apps.hardware.nodestate import NodeSnapshot
-from apps.keys.choices import PriorityTier
 from apps.models.catalog import ModelEntry
 from apps.routing.breaker import CLOSED, BreakerBoard, BreakerState
 from apps.routing.fleet import FleetSnapshot, FleetView
@@ -130,6 +129,8 @@ class RouteRequest:
     # Whether the gateway sees the first token (a stream). For a request it does not, the
     # prompt stops counting as queued prefill work when its predicted first token is due.
     streamed: bool = True
+    # A line of a batch (/v1/batches): it runs on spare capacity only (the `spare` filter).
+    batch_line: bool = False
 
     def __post_init__(self) -> None:
         if self.prompt_ids and not self.prefix_blocks:
@@ -216,6 +217,7 @@ class Thresholds:
     breaker_cooldown: float
     batch_kv_cache: float
     batch_busy: float
+    batch_ttft_share: float
 
     @classmethod
     def from_settings(cls) -> Thresholds:
@@ -228,6 +230,7 @@ class Thresholds:
             breaker_cooldown=settings.DMX_BREAKER_COOLDOWN_SECONDS,
             batch_kv_cache=settings.DMX_BATCH_MAX_KV_CACHE,
             batch_busy=settings.DMX_BATCH_MAX_BUSY,
+            batch_ttft_share=settings.DMX_BATCH_TTFT_SLA_SHARE,
         )
 
 
@@ -368,17 +371,23 @@ def _not_saturated(ctx: _Context, node: NodeSnapshot) -> bool:
 
 def _spare(ctx: _Context, node: NodeSnapshot) -> bool:
     """A batch's request goes only to capacity no one else uses: nothing waiting in the
-    engine's queue, its KV cache and its running batch well short of full. Refused, it waits
-    in the priority queue behind every interactive tier; the node's other requests never wait
-    for it."""
-    if ctx.request.priority > PriorityTier.BATCH:
+    engine's queue, its KV cache and its running batch well short of full, and, for a model
+    with a TTFT target, its first tokens of late well inside it (the engine's own p95 over its
+    last heartbeat: what sharing its steps with batch lines costs everyone else shows there
+    first). Refused, it waits in the priority queue behind every interactive tier; the node's
+    other requests never wait for it."""
+    if not ctx.request.batch_line:
         return True
     engine, limits = node.engine, ctx.limits
     busy = max(engine.num_requests_running, ctx.fleet.in_flight(node.id))
+    target = ctx.model.sla_ttft_p95_ms
     return (
         engine.num_requests_waiting == 0
         and engine.kv_cache_usage < limits.batch_kv_cache
         and busy < max(node.max_num_seqs, 1) * limits.batch_busy
+        and not (
+            target and engine.ttft_p95_ms and engine.ttft_p95_ms > target * limits.batch_ttft_share
+        )
     )
 
 

@@ -48,3 +48,7 @@ DMX_BATCH_WAIT_SECONDS = env_float("DMX_BATCH_WAIT_SECONDS", 300.0, minimum=1.0)
 # share of its --max-num-seqs.
 DMX_BATCH_MAX_KV_CACHE = env_float("DMX_BATCH_MAX_KV_CACHE", 0.6, minimum=0.0)
 DMX_BATCH_MAX_BUSY = env_float("DMX_BATCH_MAX_BUSY", 0.5, minimum=0.0)
+# And, for a model with a TTFT target (its sla_ttft_p95_ms), a node whose engine's TTFT p95 over
+# its last heartbeat is within this share of the target: batches yield as interactive first
+# tokens slow towards it, and resume when they recover.
+DMX_BATCH_TTFT_SLA_SHARE = env_float("DMX_BATCH_TTFT_SLA_SHARE", 0.5, minimum=0.0)

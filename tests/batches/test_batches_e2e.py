@@ -53,6 +53,21 @@ def upload(client: openai.OpenAI, lines: list) -> str:
     return client.files.create(file=("input.jsonl", io.BytesIO(text.encode())), purpose="batch").id
 
 
+def running(client: openai.OpenAI, lines: list, *, answered: int):
+    """A batch of chat completions, once `answered` of its lines are."""
+    batch = client.batches.create(
+        input_file_id=upload(client, lines),
+        endpoint="/v1/chat/completions",
+        completion_window="24h",
+    )
+    wait_for(
+        lambda: client.batches.retrieve(batch.id).request_counts.completed >= answered,
+        timeout=120,
+        what=f"{answered} lines answered",
+    )
+    return batch
+
+
 def ended(client: openai.OpenAI, batch_id: str, timeout: float = 240):
     return wait_for(
         lambda: (b := client.batches.retrieve(batch_id)).status in FINISHED and b,
@@ -205,16 +220,7 @@ def test_a_cancelled_batch_stops_and_delivers_and_bills_only_what_ran(
     client, batch_worker, committed
 ):
     lines = [chat_line(f"c-{i}", f"Tell a long story number {i}.", tokens=48) for i in range(200)]
-    batch = client.batches.create(
-        input_file_id=upload(client, lines),
-        endpoint="/v1/chat/completions",
-        completion_window="24h",
-    )
-    wait_for(
-        lambda: client.batches.retrieve(batch.id).request_counts.completed >= 5,
-        timeout=120,
-        what="five lines answered",
-    )
+    batch = running(client, lines, answered=5)
     cancelling = client.batches.cancel(batch.id)
     assert cancelling.status in ("cancelling", "cancelled")
 
@@ -239,16 +245,7 @@ def test_a_batch_worker_killed_mid_batch_loses_no_line_and_runs_none_twice(
     client, platform, batch_worker, committed
 ):
     lines = [chat_line(f"k-{i}", f"Write line {i} of a poem.", tokens=24) for i in range(120)]
-    batch = client.batches.create(
-        input_file_id=upload(client, lines),
-        endpoint="/v1/chat/completions",
-        completion_window="24h",
-    )
-    wait_for(
-        lambda: client.batches.retrieve(batch.id).request_counts.completed >= 10,
-        timeout=120,
-        what="ten lines answered",
-    )
+    batch = running(client, lines, answered=10)
     _kill_group(batch_worker.process.pid, signal.SIGKILL)
     batch_worker.process.wait(timeout=10)
     at_kill = client.batches.retrieve(batch.id).request_counts.completed

@@ -4,7 +4,6 @@ cancel a viewer cannot run)."""
 
 from __future__ import annotations
 
-import io
 import json
 from decimal import Decimal
 
@@ -14,47 +13,14 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from apps.batches import services
 from apps.batches.choices import BatchStatus
 from apps.batches.models import Batch
 from apps.keys.choices import MemberRole
+from tests.batches.factories import finished_batch
 from tests.keys.factories import make_api_key, make_member, make_staff, make_tenant
 from tests.portal.conftest import make_record, sign_in
 
 pytestmark = pytest.mark.django_db
-
-
-def finished_batch(key) -> Batch:
-    line = {
-        "custom_id": "a",
-        "method": "POST",
-        "url": "/v1/chat/completions",
-        "body": {"model": "m", "messages": [{"role": "user", "content": "Hi"}]},
-    }
-    text = json.dumps(line).encode()
-    file = services.file_create(
-        tenant_id=key.tenant_id,
-        api_key_id=key.id,
-        purpose="batch",
-        filename="in.jsonl",
-        content=io.BytesIO(text),
-        size=len(text),
-    )
-    batch = services.batch_create(
-        tenant_id=key.tenant_id,
-        api_key_id=key.id,
-        client_address="",
-        input_file_id=file.id,
-        endpoint="/v1/chat/completions",
-        completion_window="24h",
-    )
-    services.batch_validate(batch)
-    [line] = services.lines_claim(Batch.objects.get(id=batch.id), 1)
-    services.line_record(line, services.Outcome(200, b'{"id": "chatcmpl-1"}'))
-    batch.refresh_from_db()
-    services.batch_end(batch)
-    batch.refresh_from_db()
-    return batch
 
 
 def test_a_member_sees_the_tenants_batches_and_downloads_their_files_and_no_one_elses():

@@ -3,7 +3,6 @@ line's answer recorded, the hold a worker takes, and the output and error files.
 
 from __future__ import annotations
 
-import io
 import json
 from datetime import timedelta
 
@@ -16,47 +15,10 @@ from apps.batches.choices import BatchStatus, LineState
 from apps.batches.models import Batch, BatchLine
 from apps.batches.selectors import batches_page, file_get
 from dmxplatform.errors import ConflictError, InvalidRequestError, NotFoundError
+from tests.batches.factories import make_batch, request_line, validated_batch
 from tests.keys.factories import make_api_key, make_tenant
 
 pytestmark = pytest.mark.django_db
-
-
-def request(custom_id, url="/v1/chat/completions", text="Hello", **extra):
-    line = {
-        "custom_id": custom_id,
-        "method": "POST",
-        "url": url,
-        "body": {"model": "m", "messages": [{"role": "user", "content": text}]},
-    }
-    line.update(extra)
-    return line
-
-
-def new_batch(lines, key=None):
-    key = key or make_api_key()[0]
-    text = "\n".join(line if isinstance(line, str) else json.dumps(line) for line in lines)
-    file = services.file_create(
-        tenant_id=key.tenant_id,
-        api_key_id=key.id,
-        purpose="batch",
-        filename="in.jsonl",
-        content=io.BytesIO(text.encode()),
-        size=len(text),
-    )
-    return services.batch_create(
-        tenant_id=key.tenant_id,
-        api_key_id=key.id,
-        client_address="10.0.0.1",
-        input_file_id=file.id,
-        endpoint="/v1/chat/completions",
-        completion_window="24h",
-    )
-
-
-def validated(lines):
-    batch = new_batch(lines)
-    services.batch_validate(batch)
-    return Batch.objects.get(id=batch.id)
 
 
 def states(batch) -> dict[int, tuple[str, str, str | None]]:
@@ -67,14 +29,14 @@ def states(batch) -> dict[int, tuple[str, str, str | None]]:
 
 
 def test_validation_keeps_bad_lines_for_the_error_file_and_runs_the_rest():
-    batch = validated(
+    batch = validated_batch(
         [
-            request("a"),
-            request("b", url="/v1/embeddings"),  # another endpoint: a line may name its own
-            request("a", text="again"),
-            request("c", method="GET"),
-            request("d", url="/v1/images/generations"),
-            request("e", body=["not", "an", "object"]),
+            request_line("a"),
+            request_line("b", url="/v1/embeddings"),  # another endpoint: a line may name its own
+            request_line("a", text="again"),
+            request_line("c", method="GET"),
+            request_line("d", url="/v1/images/generations"),
+            request_line("e", body=["not", "an", "object"]),
             {"method": "POST", "url": "/v1/chat/completions", "body": {}},
             "",  # blank lines are skipped, and keep the numbering of the file
             "[1, 2]",
@@ -97,14 +59,14 @@ def test_validation_keeps_bad_lines_for_the_error_file_and_runs_the_rest():
 @pytest.mark.parametrize(
     ("lines", "code", "line"),
     [
-        ([json.dumps(request("a")), '{"custom_id": "b",'], "invalid_json_line", 2),
+        ([json.dumps(request_line("a")), '{"custom_id": "b",'], "invalid_json_line", 2),
         (["", "   "], "empty_file", None),
-        ([json.dumps(request(str(i))) for i in range(3)], "too_many_requests", 3),
+        ([json.dumps(request_line(str(i))) for i in range(3)], "too_many_requests", 3),
     ],
 )
 def test_a_file_that_is_no_batch_fails_it_naming_the_line(settings, lines, code, line):
     settings.DMX_BATCH_MAX_LINES = 2
-    batch = validated(lines)
+    batch = validated_batch(lines)
     assert batch.status == BatchStatus.FAILED and batch.failed_at is not None
     [error] = batch.errors["data"]
     assert (error["code"], error["line"]) == (code, line)
@@ -116,7 +78,7 @@ def test_a_file_that_is_no_batch_fails_it_naming_the_line(settings, lines, code,
 def test_creating_a_batch_checks_its_arguments_and_the_tenants_file():
     key, _ = make_api_key()
     other, _ = make_api_key(make_tenant())
-    batch = new_batch([request("a")], key)
+    batch = make_batch([request_line("a")], key)
     arguments = dict(
         tenant_id=key.tenant_id,
         api_key_id=key.id,
@@ -143,7 +105,9 @@ def claimed(batch, count=10):
 
 def test_a_line_is_answered_once_and_its_tokens_counted(settings):
     settings.DMX_BATCH_MAX_ATTEMPTS = 2
-    batch = validated([request("ok"), request("busy"), request("broken"), request("bad")])
+    batch = validated_batch(
+        [request_line("ok"), request_line("busy"), request_line("broken"), request_line("bad")]
+    )
     lines = claimed(batch)
     assert set(lines) == {"ok", "busy", "broken", "bad"}
     assert claimed(batch) == {}  # running lines are nobody else's
@@ -185,7 +149,7 @@ def test_a_line_is_answered_once_and_its_tokens_counted(settings):
 
 
 def test_one_worker_holds_a_batch_and_another_takes_it_over_once_the_hold_lapses():
-    batch = validated([request("a"), request("b")])
+    batch = validated_batch([request_line("a"), request_line("b")])
     held = services.batch_hold()
     assert held.id == batch.id
     assert services.batch_hold() is None  # held
@@ -208,7 +172,9 @@ def output_of(file) -> list[dict]:
 
 
 def test_a_cancelled_batch_delivers_what_ran_and_lists_the_rest_as_not_run():
-    batch = validated([request("a"), request("b"), request("c"), request("a")])
+    batch = validated_batch(
+        [request_line("a"), request_line("b"), request_line("c"), request_line("a")]
+    )
     lines = claimed(batch, 1)
     services.line_record(lines["a"], services.Outcome(200, orjson.dumps({"id": "chatcmpl-1"})))
     services.batch_cancel(batch.id, batch.tenant_id)
@@ -235,7 +201,7 @@ def test_a_cancelled_batch_delivers_what_ran_and_lists_the_rest_as_not_run():
 
 
 def test_a_batch_past_its_window_expires_with_what_is_done():
-    batch = validated([request("a"), request("b")])
+    batch = validated_batch([request_line("a"), request_line("b")])
     services.line_record(claimed(batch, 1)["a"], services.Outcome(200, orjson.dumps({})))
     Batch.objects.filter(id=batch.id).update(expires_at=timezone.now() - timedelta(seconds=1))
     batch.refresh_from_db()
@@ -247,7 +213,7 @@ def test_a_batch_past_its_window_expires_with_what_is_done():
 
 def test_batches_are_listed_newest_first_a_page_at_a_time():
     key, _ = make_api_key()
-    made = [new_batch([request("a")], key).id for _ in range(3)]
+    made = [make_batch([request_line("a")], key).id for _ in range(3)]
     first, more = batches_page(key.tenant_id, limit=2, after=None)
     assert [b.id for b in first] == made[:0:-1] and more
     rest, more = batches_page(key.tenant_id, limit=2, after=first[-1].id)
@@ -255,7 +221,7 @@ def test_batches_are_listed_newest_first_a_page_at_a_time():
 
 
 def test_expired_files_are_purged_with_their_bytes():
-    batch = new_batch([request("a")])
+    batch = make_batch([request_line("a")])
     file = batch.input_file
     storage, name = file.content.storage, file.content.name
     assert storage.exists(name)
@@ -267,7 +233,7 @@ def test_expired_files_are_purged_with_their_bytes():
 def test_an_answer_whose_text_postgresql_json_cannot_hold_is_kept_and_given_back_as_sent():
     """A model's text may hold a NUL (\\u0000), which PostgreSQL's JSON refuses: the answer is
     kept as the API sent it, not re-encoded, and the line is answered once."""
-    batch = validated([request("a")])
+    batch = validated_batch([request_line("a")])
     sent = b'{"choices":[{"message":{"content":"odd \\u0000 text"}}],"usage":{"prompt_tokens":1}}'
     services.line_record(claimed(batch, 1)["a"], services.Outcome(200, sent))
     batch.refresh_from_db()
@@ -286,8 +252,8 @@ def test_lines_that_share_their_prompts_start_are_run_one_after_another():
     lines = []
     for i in range(6):
         text = (shared if i % 2 else f"Question {i}: ") + f"item {i}"
-        lines.append(request(f"l{i}", text=text))
-    batch = validated(lines)
+        lines.append(request_line(f"l{i}", text=text))
+    batch = validated_batch(lines)
     order = [line.custom_id for line in services.lines_claim(batch, 6)]
     together = [order.index(c) for c in ("l1", "l3", "l5")]
     assert max(together) - min(together) == 2, order

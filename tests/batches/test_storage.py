@@ -4,7 +4,6 @@ process): no S3-compatible server runs on this machine."""
 
 from __future__ import annotations
 
-import io
 import json
 
 import boto3
@@ -14,7 +13,8 @@ from moto import mock_aws
 
 from apps.batches import services
 from apps.batches.choices import BatchStatus, LineState
-from apps.batches.models import Batch, BatchLine, File
+from apps.batches.models import BatchLine, File
+from tests.batches.factories import finished_batch, request_line
 from tests.keys.factories import make_api_key
 
 pytestmark = pytest.mark.django_db
@@ -41,43 +41,15 @@ def s3_files(settings, monkeypatch):
 
 def test_a_batch_reads_its_input_from_s3_and_writes_its_output_there(s3_files):
     key, _ = make_api_key()
-    line = {
-        "custom_id": "a",
-        "method": "POST",
-        "url": "/v1/chat/completions",
-        "body": {"model": "m", "messages": [{"role": "user", "content": "Hi"}]},
-    }
-    text = json.dumps(line).encode()
-    file = services.file_create(
-        tenant_id=key.tenant_id,
-        api_key_id=key.id,
-        purpose="batch",
-        filename="in.jsonl",
-        content=io.BytesIO(text),
-        size=len(text),
-    )
-    stored = s3_files.get_object(Bucket=BUCKET, Key=file.content.name)["Body"].read()
-    assert stored == text and file.content.name.startswith(f"tenant-{key.tenant_id}/")
-
-    batch = services.batch_create(
-        tenant_id=key.tenant_id,
-        api_key_id=key.id,
-        client_address="",
-        input_file_id=file.id,
-        endpoint="/v1/chat/completions",
-        completion_window="24h",
-    )
-    services.batch_validate(batch)
-    [claimed] = services.lines_claim(Batch.objects.get(id=batch.id), 1)
-    services.line_record(claimed, services.Outcome(200, b'{"id": "chatcmpl-1"}'))
-    batch.refresh_from_db()
-    services.batch_end(batch)
-    batch.refresh_from_db()
+    batch = finished_batch(key)
     assert batch.status == BatchStatus.COMPLETED
     assert BatchLine.objects.get(batch=batch).state == LineState.DONE
+    name = batch.input_file.content.name
+    stored = s3_files.get_object(Bucket=BUCKET, Key=name)["Body"].read()
+    assert json.loads(stored) == request_line("a") and name.startswith(f"tenant-{key.tenant_id}/")
     output = s3_files.get_object(Bucket=BUCKET, Key=batch.output_file.content.name)
     assert json.loads(output["Body"].read())["response"]["body"] == {"id": "chatcmpl-1"}
 
-    services.file_delete(file)
+    services.file_delete(batch.input_file)
     listed = s3_files.list_objects_v2(Bucket=BUCKET).get("Contents", [])
     assert [item["Key"] for item in listed] == [batch.output_file.content.name]

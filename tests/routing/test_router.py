@@ -308,15 +308,37 @@ def test_trace_names_every_step():
 def test_a_batch_request_goes_only_to_spare_capacity_and_waits_for_it(load, spare):
     node = make_snapshot(name="node", max_num_seqs=16, **load)
     router = make_router(node)
-    batch = router.decide(route_request(priority=PriorityTier.BATCH))
+    batch = router.decide(route_request(priority=PriorityTier.BATCH, batch_line=True))
     assert verdicts(batch) == {"node": None if spare else "spare"}
     assert batch.saturated is not spare  # refused, it waits in the queue for room
-    # An interactive request on the same node is not held to it.
+    # An interactive request on the same node is not held to it, a batch-tier key's neither.
     assert verdicts(router.decide(route_request())) == {"node": None}
+    assert verdicts(router.decide(route_request(priority=PriorityTier.BATCH))) == {"node": None}
+
+
+@pytest.mark.parametrize(
+    ("target_ms", "ttft_p95_ms", "spare"),
+    [
+        (400, 150, True),
+        (400, 201, False),  # past DMX_BATCH_TTFT_SLA_SHARE (half) of the model's target
+        (400, None, True),  # the engine finished nothing lately: nothing slowed
+        (None, 5_000, True),  # no target: the occupancy thresholds alone
+    ],
+)
+def test_a_batch_request_yields_as_the_models_first_tokens_slow_towards_its_target(
+    target_ms, ttft_p95_ms, spare
+):
+    node = make_snapshot(name="node", max_num_seqs=16, ttft_p95_ms=ttft_p95_ms)
+    model = make_model_entry(sla_ttft_p95_ms=target_ms)
+    router = make_router(node)
+    batch = router.decide(route_request(model, priority=PriorityTier.BATCH, batch_line=True))
+    assert verdicts(batch) == {"node": None if spare else "spare"}
+    assert verdicts(router.decide(route_request(model))) == {"node": None}
 
 
 def test_a_batch_request_counts_what_this_process_has_in_flight_on_the_node():
     node = make_snapshot(name="node", max_num_seqs=16)
     router = make_router(node)
     occupy(router.fleet, node, 8)
-    assert verdicts(router.decide(route_request(priority=PriorityTier.BATCH))) == {"node": "spare"}
+    batch = route_request(priority=PriorityTier.BATCH, batch_line=True)
+    assert verdicts(router.decide(batch)) == {"node": "spare"}
