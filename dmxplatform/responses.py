@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
+from urllib.parse import parse_qs
 
 import orjson
 from django.conf import settings
@@ -45,20 +47,28 @@ async def read_body(receive: Any, limit: int) -> bytes:
 
 
 async def _read_body(receive: Any, limit: int) -> bytes:
-    chunks = []
+    chunks: list[bytes] = []
+    if not await receive_body(receive, limit, chunks.append):
+        return b""
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+async def receive_body(receive: Any, limit: int, write: Callable[[bytes], object]) -> bool:
+    """Hand the request body to `write` chunk by chunk as it arrives (read_body keeps it in
+    memory, an upload spools it to disk), refusing more than `limit` bytes with a 413 sent
+    after the rest was read (_refuse_oversized). False: the client left before its end."""
     size = 0
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
-            return b""
+            return False
         chunk = message.get("body", b"")
         size += len(chunk)
         if size > limit:
-            chunks.clear()
             raise await _refuse_oversized(receive, message, size, limit)
-        chunks.append(chunk)
+        write(chunk)
         if not message.get("more_body"):
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+            return True
 
 
 async def _refuse_oversized(
@@ -79,6 +89,13 @@ async def _refuse_oversized(
         f"Request body is larger than {limit} bytes.",
         headers={"Connection": "close"} if message.get("more_body") else None,
     )
+
+
+def query_params(scope: dict[str, Any]) -> dict[str, str]:
+    """The query string's parameters, the last value of each. Bytes that are no UTF-8 cannot
+    be a valid value: replaced, they fail its check."""
+    text = scope["query_string"].decode(errors="replace")
+    return {name: values[-1] for name, values in parse_qs(text).items()}
 
 
 async def wait_disconnect(receive: Any) -> None:

@@ -9,7 +9,6 @@ import mmap
 import tempfile
 from collections.abc import Awaitable, Callable
 from typing import IO, Any
-from urllib.parse import parse_qs
 
 import orjson
 from asgiref.sync import sync_to_async
@@ -23,6 +22,7 @@ from apps.batches.objects import batch_object, file_object, page
 from apps.batches.tasks import batches_work_task
 from apps.gateway.runtime import get_runtime
 from apps.gateway.state import new_request_id
+from apps.gateway.stored import query_int
 from apps.keys.gate import KeyRecord
 from dmxplatform.clients import client_address
 from dmxplatform.errors import ApplicationError, InvalidRequestError, RequestTooLargeError
@@ -30,7 +30,9 @@ from dmxplatform.responses import (
     dumps,
     header,
     method_not_allowed,
+    query_params,
     read_body,
+    receive_body,
     send_error,
     send_json,
 )
@@ -54,8 +56,7 @@ class Call:
         self.address = address
         self.body = body
         self.kwargs = scope["url_route"]["kwargs"]
-        text = scope["query_string"].decode(errors="replace")
-        self.query = {name: values[-1] for name, values in parse_qs(text).items()}
+        self.query = query_params(scope)
 
     def json(self) -> dict[str, Any]:
         try:
@@ -68,12 +69,10 @@ class Call:
 
     def limit(self, most: int) -> int:
         """OpenAI's `limit`: 20 unless given, up to `most`."""
-        raw = self.query.get("limit", "20")
-        if not raw.isdigit() or not 1 <= int(raw) <= most:
-            raise InvalidRequestError(
-                f"`limit` must be an integer from 1 to {most}.", param="limit"
-            )
-        return int(raw)
+        limit = query_int(self.query, "limit", 20)
+        if not 1 <= limit <= most:
+            raise InvalidRequestError(f"`limit` must be from 1 to {most}.", param="limit")
+        return limit
 
 
 class Api:
@@ -116,23 +115,15 @@ async def _spool(receive) -> IO[bytes]:
     """The request's body in a temporary file, refused past DMX_FILES_MAX_BYTES."""
     limit = settings.DMX_FILES_MAX_BYTES + MULTIPART_OVERHEAD_BYTES
     spool = tempfile.TemporaryFile()  # noqa: SIM115 (the caller closes it, in Api.__call__)
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            break
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            spool.close()
-            raise RequestTooLargeError(
-                f"A file may hold at most {settings.DMX_FILES_MAX_BYTES} bytes.",
-                code=BatchesErrorCode.FILE_TOO_LARGE,
-                headers={"Connection": "close"},
-            )
-        spool.write(chunk)
-        if not message.get("more_body"):
-            break
+    try:
+        await receive_body(receive, limit, spool.write)
+    except RequestTooLargeError as refused:
+        spool.close()
+        raise RequestTooLargeError(
+            f"A file may hold at most {settings.DMX_FILES_MAX_BYTES} bytes.",
+            code=BatchesErrorCode.FILE_TOO_LARGE,
+            headers=refused.headers,
+        ) from None
     spool.flush()
     return spool
 
@@ -201,9 +192,7 @@ def _store_upload(call: Call) -> dict[str, Any]:
             param="file",
             code=BatchesErrorCode.FILE_TOO_LARGE,
         )
-    expires = fields.get("expires_after[seconds]")
-    if expires is not None and not expires.isdigit():
-        raise InvalidRequestError("`expires_after[seconds]` must be an integer.")
+    expires = "expires_after[seconds]"
     try:
         file = services.file_create(
             tenant_id=call.key.tenant_id,
@@ -212,7 +201,7 @@ def _store_upload(call: Call) -> dict[str, Any]:
             filename=upload.name or "",
             content=upload,
             size=upload.size,
-            expires_after=int(expires) if expires is not None else None,
+            expires_after=query_int(fields, expires, 0) if expires in fields else None,
         )
     finally:
         upload.close()

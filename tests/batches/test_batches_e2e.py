@@ -16,6 +16,9 @@ from apps.batches.models import Batch
 from apps.billing.models import Price, UsageRecord
 from apps.billing.money import Rates, to_micros
 from tests.conftest import EMBED_MODEL, TINY_CONTEXT
+from tests.gateway.test_errors import assert_error
+from tests.http import call
+from tests.keys.factories import make_api_key, make_tenant
 from tests.stack import _kill_group, wait_for
 
 MODEL = "dmx-tiny"
@@ -309,3 +312,31 @@ def test_the_openai_sdk_batch_example_runs_as_documented(client, batch_worker, t
     assert client.files.delete(batch_input_file.id).deleted
     with pytest.raises(openai.NotFoundError):
         client.files.retrieve(batch_input_file.id)
+
+
+def test_bad_calls_get_the_apis_errors_and_another_tenants_ids_are_not_found(platform, committed):
+    """Hostile and mistaken calls to /v1/files and /v1/batches: an error in OpenAI's shape each,
+    never a 500 or a closed socket."""
+    url, key = platform.api_url, platform.api_key
+    assert_error(call("POST", url + "/batches", key=key, raw=b"{not json"), 400, "invalid_request")
+    assert_error(call("POST", url + "/batches", key=key, json_body=[1]), 400, "invalid_request")
+    assert_error(
+        call("POST", url + "/batches", key=key, json_body={"endpoint": "/v1/moderations"}),
+        400,
+        "unsupported_endpoint",
+        "endpoint",
+    )
+    for limit in ("0", "101", "%C2%B2", "ten"):  # %C2%B2: "²", which str.isdigit() takes
+        reply = call("GET", f"{url}/batches?limit={limit}", key=key)
+        assert reply.status == 400 and reply.json()["error"]["param"] == "limit", reply.body
+    assert_error(call("GET", url + "/batches/batch_nope", key=key), 404, "not_found", "batch_id")
+    assert_error(call("PUT", url + "/files", key=key, raw=b""), 405, "method_not_allowed")
+    assert_error(call("POST", url + "/files", key=key, raw=b"plain"), 400, "invalid_request")
+    assert_error(call("GET", url + "/files", key="sk-dmx-wrong"), 401, "invalid_api_key")
+    # Another tenant's key sees none of this tenant's files.
+    mine = openai.OpenAI(base_url=url, api_key=key, max_retries=0)
+    file_id = upload(mine, [chat_line("a", "Hi")])
+    _, other = make_api_key(make_tenant())
+    for method, path in (("GET", ""), ("GET", "/content"), ("DELETE", "")):
+        assert call(method, f"{url}/files/{file_id}{path}", key=other).status == 404
+    assert call("GET", f"{url}/files/{file_id}", key=key).status == 200
