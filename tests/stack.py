@@ -54,26 +54,25 @@ def gateway_argv(port: int) -> list[str]:
     return [str(PLATFORM_PYTHON), "-m", "config.serve", "--port", str(port)]
 
 
-def celery_argv(schedule: Path) -> list[str]:
-    """Celery's command line: one worker process with beat, on every queue, without the
-    broadcast steps production runs without (deploy/kubernetes/base/celery-worker.yaml)."""
+def _celery_worker(queues: str, *extra: str) -> list[str]:
+    """A Celery worker process on `queues`, without the broadcast steps production runs
+    without (deploy/kubernetes/base/celery-worker.yaml)."""
     return [
-        str(ROOT / ".venv" / "bin" / "celery"), "-A", "config", "worker", "--beat",
-        "--queues", "default,ledger,fleet", "--concurrency", "1", "--loglevel", "INFO",
-        "--without-gossip", "--without-mingle", "--without-heartbeat",
-        "--schedule", str(schedule),
+        str(ROOT / ".venv" / "bin" / "celery"), "-A", "config", "worker",
+        "--queues", queues, "--concurrency", "1", "--loglevel", "INFO",
+        "--without-gossip", "--without-mingle", "--without-heartbeat", *extra,
     ]  # fmt: skip
+
+
+def celery_argv(schedule: Path) -> list[str]:
+    """Celery's command line: one worker process with beat, on every queue but batches'."""
+    return _celery_worker("default,ledger,fleet", "--beat", "--schedule", str(schedule))
 
 
 def batch_worker_argv() -> list[str]:
     """A batch worker's command line: the `batches` queue only, as production runs it
     (deploy/kubernetes/base/batch-worker.yaml); beat stays with the main worker."""
-    return [
-        str(ROOT / ".venv" / "bin" / "celery"), "-A", "config", "worker",
-        "--queues", "batches", "--concurrency", "1", "--loglevel", "INFO",
-        "--without-gossip", "--without-mingle", "--without-heartbeat",
-        "--hostname", f"batches-{os.getpid()}@%h",
-    ]  # fmt: skip
+    return _celery_worker("batches", "--hostname", f"batches-{os.getpid()}@%h")
 
 
 def machine_lock(name: str):

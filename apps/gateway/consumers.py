@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import logging
 from typing import Any
-from urllib.parse import parse_qs
 
 import orjson
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
@@ -44,6 +43,7 @@ from dmxplatform.responses import (
     dumps,
     header,
     method_not_allowed,
+    query_params,
     read_body,
     send_error,
     send_json,
@@ -111,7 +111,7 @@ class StoredResponseEndpoint:
                 address=client_address(scope, runtime.trusted_proxies),
             )
             response_id = scope["url_route"]["kwargs"]["response_id"]
-            query = _query(scope)
+            query = query_params(scope)
             record = await runtime.responses.get(response_id, key.tenant_id)
             if record is None:
                 raise not_found(response_id)
@@ -134,12 +134,6 @@ class StoredResponseEndpoint:
 
 # These calls carry no body worth the name (a signed call signs an empty one).
 MAX_QUERY_BODY_BYTES = 64 * 1024
-
-
-def _query(scope: dict[str, Any]) -> dict[str, str]:
-    # Bytes that are no UTF-8 cannot be a valid value: replaced, they fail its check.
-    text = scope["query_string"].decode(errors="replace")
-    return {name: values[-1] for name, values in parse_qs(text).items()}
 
 
 def _flag(query: dict[str, str], name: str) -> bool:

@@ -376,8 +376,6 @@ def _spare(ctx: _Context, node: NodeSnapshot) -> bool:
     last heartbeat: what sharing its steps with batch lines costs everyone else shows there
     first). Refused, it waits in the priority queue behind every interactive tier; the node's
     other requests never wait for it."""
-    if not ctx.request.batch_line:
-        return True
     engine, limits = node.engine, ctx.limits
     busy = max(engine.num_requests_running, ctx.fleet.in_flight(node.id))
     target = ctx.model.sla_ttft_p95_ms
@@ -433,8 +431,9 @@ REQUEST_FILTERS: tuple[tuple[str, Filter], ...] = (
     ("version", _version),
     (CONTEXT, _context),
     (SATURATED, _not_saturated),
-    (SPARE, _spare),
 )
+# A batch's line (/v1/batches) passes one more: interactive requests never pay for it.
+BATCH_LINE_FILTERS = (*REQUEST_FILTERS, (SPARE, _spare))
 REQUEST_SCORERS: tuple[tuple[str, Scorer], ...] = (
     ("queue", _queue_score),
     ("affinity", _affinity_score),
@@ -721,6 +720,7 @@ class Router:
         )
         verdicts: list[Verdict] = []
         eligible: list[tuple[Verdict, _Standing]] = []
+        filters = BATCH_LINE_FILTERS if request.batch_line else REQUEST_FILTERS
         for standing in self.standing(request.model):
             node = standing.node
             verdict = Verdict(node=node, rejected_by=standing.rejected_by)
@@ -728,7 +728,7 @@ class Router:
             if node.id in exclude:
                 verdict.rejected_by = "retry"
             if verdict.rejected_by is None:
-                for name, passes in REQUEST_FILTERS:
+                for name, passes in filters:
                     if not passes(ctx, node):
                         verdict.rejected_by = name
                         break
