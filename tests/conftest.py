@@ -12,10 +12,12 @@ from dataclasses import dataclass
 import pytest
 from django.conf import settings
 from django.db import connection
+from pytest_django.plugin import blocking_manager_key
 
 from apps.hardware.nodestate import NodeSnapshot, fleet_key
 from apps.models.choices import ModelKind
 from dmxplatform.redis_client import sync_redis
+from tests import diagnostics
 from tests import stack as stack_module
 from tests.faults import OwnRedisCluster, TcpProxy
 from tests.hardware.factories import make_node_token
@@ -33,6 +35,24 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if ENGINE_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(e2e)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """An e2e test that timed out waiting on the platform reports the platform's state then
+    (tests/diagnostics.py): a stalled drain, a held lock or a backed-up queue shows there."""
+    report = yield
+    if (
+        report.when == "call"
+        and report.failed
+        and call.excinfo is not None
+        and call.excinfo.errisinstance(TimeoutError)
+        and ENGINE_FIXTURES.intersection(getattr(item, "fixturenames", ()))
+    ):
+        with item.config.stash[blocking_manager_key].unblock():
+            state = diagnostics.platform_state()
+        report.sections.append(("platform state at the failure", state))
+    return report
 
 
 @pytest.fixture(scope="session")

@@ -89,6 +89,12 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+# How long a test waits for a Celery drain (every 0.5 s in tests) to have moved an entry into
+# PostgreSQL. Generous: a loaded CI machine once held one past 15 s, and such a failure now
+# reports the platform's state (tests/diagnostics.py).
+DRAIN_TIMEOUT = 30
+
+
 def wait_for(predicate, *, timeout: float, interval: float = 0.2, what: str = "condition"):
     """Poll until predicate() is truthy; return its value or raise TimeoutError."""
     deadline = time.monotonic() + timeout

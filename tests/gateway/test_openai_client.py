@@ -8,7 +8,7 @@ import openai
 import pytest
 
 from apps.billing.models import UsageRecord
-from tests.stack import wait_for
+from tests.stack import DRAIN_TIMEOUT, wait_for
 
 MODEL = "dmx-tiny"
 
@@ -22,7 +22,7 @@ def usage_row(request_id: str) -> UsageRecord:
     """Wait for Celery to flush the request's usage record into PostgreSQL."""
     return wait_for(
         lambda: UsageRecord.objects.filter(request_id=request_id).first(),
-        timeout=15,
+        timeout=DRAIN_TIMEOUT,
         what=f"usage record {request_id}",
     )
 

@@ -15,7 +15,7 @@ from apps.gateway.services import sensitive_term_create, sensitive_term_delete
 from dmxplatform.redis_client import sync_redis
 from tests.gateway.test_openai_client import usage_row
 from tests.keys.factories import make_api_key
-from tests.stack import wait_for
+from tests.stack import DRAIN_TIMEOUT, wait_for
 
 MODEL = "dmx-tiny"
 TERM = "zyxwvutsr"
@@ -79,7 +79,7 @@ def test_a_response_is_stored_retrieved_listed_and_deleted(client, replica, comm
     # Durable: drained into PostgreSQL, with the tenant's usage.
     row = wait_for(
         lambda: StoredResponse.objects.filter(id=response.id).first(),
-        timeout=15,
+        timeout=DRAIN_TIMEOUT,
         what="the stored response's row",
     )
     assert row.response == again
@@ -110,7 +110,7 @@ def test_a_response_deleted_before_the_drain_stays_deleted(client, committed):
     assert record.endpoint == "responses"
     row = wait_for(
         lambda: StoredResponse.objects.filter(id=response.id).first(),
-        timeout=15,
+        timeout=DRAIN_TIMEOUT,
         what="the deleted response's row",
     )
     assert row.deleted_at is not None and row.response == {}
@@ -327,7 +327,7 @@ def test_a_background_request_over_its_limits_is_refused_not_queued(platform, co
     # Drained in order after the first: no stored row for the refused one.
     wait_for(
         lambda: StoredResponse.objects.filter(id=first.id).exists(),
-        timeout=15,
+        timeout=DRAIN_TIMEOUT,
         what="the first background response's row",
     )
     assert not StoredResponse.objects.filter(id="resp_" + refused).exists()
@@ -350,7 +350,7 @@ def test_an_agent_continues_its_conversation_by_previous_response_id(platform, c
     assert len(calls) == 2 and second.final_output == f"Sunny in {calls[1]}."
     stored = wait_for(
         lambda: StoredResponse.objects.filter(id=second.last_response_id).first(),
-        timeout=15,
+        timeout=DRAIN_TIMEOUT,
         what="the second turn's stored response",
     )
     assert stored.previous_response_id == first.last_response_id
