@@ -40,10 +40,7 @@ async def read_body(receive: Any, limit: int) -> bytes:
         async with asyncio.timeout(timeout):
             return await _read_body(receive, limit)
     except TimeoutError:
-        raise RequestTimeoutError(
-            f"The request body did not arrive within {timeout:g} seconds.",
-            headers={"Connection": "close"},
-        ) from None
+        raise _late(timeout) from None
 
 
 async def _read_body(receive: Any, limit: int) -> bytes:
@@ -69,6 +66,40 @@ async def receive_body(receive: Any, limit: int, write: Callable[[bytes], object
         write(chunk)
         if not message.get("more_body"):
             return True
+
+
+async def receive_upload(
+    receive: Any, limit: int, write: Callable[[bytes], object], *, within: float
+) -> bool:
+    """receive_body for an upload of up to hundreds of megabytes, which may take minutes: a
+    408 when no bytes come for DMX_BODY_READ_TIMEOUT_SECONDS (nginx's client_body_timeout),
+    or when the whole body has not come `within` seconds (a client dripping a byte at a time
+    would otherwise hold its connection, a task and a temporary file for as long as it
+    likes)."""
+    idle, total = settings.DMX_BODY_READ_TIMEOUT_SECONDS, within
+
+    async def next_message() -> dict[str, Any]:
+        try:
+            async with asyncio.timeout(idle):
+                return await receive()
+        except TimeoutError:
+            raise _body_timeout(
+                f"No part of the request body arrived for {idle:g} seconds."
+            ) from None
+
+    try:
+        async with asyncio.timeout(total):
+            return await receive_body(next_message, limit, write)
+    except TimeoutError:
+        raise _late(total) from None
+
+
+def _late(seconds: float) -> RequestTimeoutError:
+    return _body_timeout(f"The request body did not arrive within {seconds:g} seconds.")
+
+
+def _body_timeout(message: str) -> RequestTimeoutError:
+    return RequestTimeoutError(message, headers={"Connection": "close"})
 
 
 async def _refuse_oversized(

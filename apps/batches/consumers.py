@@ -32,7 +32,7 @@ from dmxplatform.responses import (
     method_not_allowed,
     query_params,
     read_body,
-    receive_body,
+    receive_upload,
     send_error,
     send_json,
 )
@@ -116,7 +116,9 @@ async def _spool(receive) -> IO[bytes]:
     limit = settings.DMX_FILES_MAX_BYTES + MULTIPART_OVERHEAD_BYTES
     spool = tempfile.TemporaryFile()  # noqa: SIM115 (the caller closes it, in Api.__call__)
     try:
-        await receive_body(receive, limit, spool.write)
+        await receive_upload(
+            receive, limit, spool.write, within=settings.DMX_FILES_UPLOAD_TIMEOUT_SECONDS
+        )
     except RequestTooLargeError as refused:
         spool.close()
         raise RequestTooLargeError(

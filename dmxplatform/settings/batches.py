@@ -22,6 +22,9 @@ STORAGES["batch_files"] = {
 }
 # The largest file a tenant may upload, bytes (OpenAI's batch input limit: 200 MB).
 DMX_FILES_MAX_BYTES = env_int("DMX_FILES_MAX_BYTES", 200 * 1024 * 1024, minimum=1024)
+# An upload must have arrived whole within this, seconds (200 MB at about 220 KB/s); one that
+# sends nothing for DMX_BODY_READ_TIMEOUT_SECONDS is refused sooner.
+DMX_FILES_UPLOAD_TIMEOUT_SECONDS = env_float("DMX_FILES_UPLOAD_TIMEOUT_SECONDS", 900.0, minimum=1.0)
 # Batch files (input and output) are deleted this many days after they were made, unless the
 # upload asks for less (expires_after), as OpenAI's are.
 DMX_FILES_RETENTION_DAYS = env_int("DMX_FILES_RETENTION_DAYS", 30, minimum=1)
