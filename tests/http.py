@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import socket
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 
 @dataclass
@@ -49,3 +52,17 @@ def call(
             )
     except urllib.error.HTTPError as error:
         return Reply(error.code, {k.lower(): v for k, v in error.headers.items()}, error.read())
+
+
+def stalled(url: str, head: bytes) -> tuple[bytes, float]:
+    """Send `head` (a request line, headers and part of the body its Content-Length declares)
+    to the server at `url`, send nothing more, and read until the server closes the
+    connection: its answer, and how long after the send it came."""
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
+        sock.sendall(head)
+        started = time.monotonic()
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer, time.monotonic() - started

@@ -8,20 +8,17 @@ from __future__ import annotations
 import io
 import json
 import signal
-import socket
-import time
-from urllib.parse import urlsplit
 
 import openai
 import pytest
-from django.conf import settings
 
 from apps.batches.models import Batch
 from apps.billing.models import Price, UsageRecord
 from apps.billing.money import Rates, to_micros
 from tests.conftest import EMBED_MODEL, TINY_CONTEXT
+from tests.gateway.test_bad_input import assert_body_timed_out
 from tests.gateway.test_errors import assert_error
-from tests.http import call
+from tests.http import call, stalled
 from tests.keys.factories import make_api_key, make_tenant
 from tests.stack import _kill_group, wait_for
 
@@ -351,19 +348,10 @@ def test_an_upload_that_stops_arriving_is_a_408_and_its_connection_is_closed(pla
     its task and a temporary file for good (the gateway's prompt bodies had their timeout;
     uploads, read to disk as they come, had none). Nothing was authenticated yet: the key
     signs the body, so anyone could do it."""
-    parts = urlsplit(platform.url)
-    with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
-        sock.sendall(
-            b"POST /v1/files HTTP/1.1\r\nHost: x\r\n"
-            b"Content-Type: multipart/form-data; boundary=b\r\nContent-Length: 1000000\r\n\r\n"
-            b'--b\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n--b\r\n'
-        )
-        started = time.monotonic()
-        answer = b""
-        while chunk := sock.recv(65536):  # the gateway closes the connection after answering
-            answer += chunk
-    waited = time.monotonic() - started
-    assert answer.startswith(b"HTTP/1.1 408 ")
-    assert b'"code":"request_timeout"' in answer
-    limit = settings.DMX_BODY_READ_TIMEOUT_SECONDS
-    assert limit - 0.5 <= waited < limit + 5
+    answer, waited = stalled(
+        platform.url,
+        b"POST /v1/files HTTP/1.1\r\nHost: x\r\n"
+        b"Content-Type: multipart/form-data; boundary=b\r\nContent-Length: 1000000\r\n\r\n"
+        b'--b\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n--b\r\n',
+    )
+    assert_body_timed_out(answer, waited)

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
-import time
 from urllib.parse import urlsplit
 
 import pytest
@@ -14,7 +12,7 @@ from django.conf import settings
 
 from apps.billing.models import UsageRecord
 from tests.gateway.test_errors import assert_error, chat, hello
-from tests.http import call
+from tests.http import call, stalled
 from tests.stack import wait_for
 
 
@@ -151,19 +149,19 @@ def test_authorization_bytes_that_are_not_utf8_are_a_401(platform, path):
 
 def test_a_body_that_stops_arriving_is_a_408(platform):
     """A client that declares 1,000 bytes and sends 20 used to hold its connection for good."""
-    parts = urlsplit(platform.url)
-    with socket.create_connection((parts.hostname, parts.port), timeout=30) as sock:
-        sock.sendall(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
-            b"Authorization: Bearer " + platform.api_key.encode() + b"\r\n"
-            b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
-            b'{"model": "dmx-tin'
-        )
-        started = time.monotonic()
-        answer = b""
-        while chunk := sock.recv(65536):  # the gateway closes the connection after answering
-            answer += chunk
-    waited = time.monotonic() - started
+    answer, waited = stalled(
+        platform.url,
+        b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+        b"Authorization: Bearer " + platform.api_key.encode() + b"\r\n"
+        b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+        b'{"model": "dmx-tin',
+    )
+    assert_body_timed_out(answer, waited)
+
+
+def assert_body_timed_out(answer: bytes, waited: float) -> None:
+    """A 408 came, and the connection closed, once the body had not arrived for
+    DMX_BODY_READ_TIMEOUT_SECONDS."""
     assert answer.startswith(b"HTTP/1.1 408 ")
     assert b'"code":"request_timeout"' in answer
     limit = settings.DMX_BODY_READ_TIMEOUT_SECONDS
