@@ -444,15 +444,9 @@ def plan(results: dict) -> dict:
     # On a shared machine the drain waits for cores; a drain is serial (the worker, then its
     # PostgreSQL backend, in turn), so on cores of its own it moves rows / (both CPU times).
     rows_cpu = statistics.median(r["rows_per_cpu_s"] or r["rows_per_wall_s"] for r in ledger)
-    # Celery beat queues a flush every DMX_USAGE_FLUSH_SECONDS, each moving at most
-    # MAX_ROUNDS x BATCH entries, and one drain per stream runs at a time (an advisory lock).
-    from django.conf import settings
-
-    from dmxplatform import streams
-
-    per_task = streams.MAX_ROUNDS * streams.BATCH
-    schedule_cap = per_task / settings.DMX_USAGE_FLUSH_SECONDS
-    drain = min(rows_cpu, schedule_cap)
+    # One drain per stream runs at a time (an advisory lock); a drain that moved a whole task's
+    # worth goes again at once (streams.drain_task), so the beat's cadence caps nothing.
+    drain = rows_cpu
     rows = []
     for rate in RATES:
         rows.append(
@@ -473,9 +467,6 @@ def plan(results: dict) -> dict:
         "drain": drain,
         "rows_per_wall_s": rows_wall,
         "rows_per_cpu_s": rows_cpu,
-        "per_task": per_task,
-        "flush_seconds": settings.DMX_USAGE_FLUSH_SECONDS,
-        "schedule_cap": schedule_cap,
         "rows": rows,
     }
 
@@ -566,9 +557,9 @@ def markdown(results: dict) -> str:
         f"{p['redis_us_leases']:.1f} µs CPU/request with leases, {p['redis_us_unleased']:.1f} "
         f"without (C=64 medians, idle taken off; the plan takes {p['redis_us']:.1f}); ledger "
         f"{p['rows_per_cpu_s']:,.0f} rows/s per drain on cores of its own (wall here: "
-        f"{p['rows_per_wall_s']:,.0f}, the cores shared), at most {p['per_task']:,} rows per "
-        f"{p['flush_seconds']:g} s flush ({p['schedule_cap']:,.0f} rows/s), one drain per "
-        f"stream at a time: {p['drain']:,.0f} rows/s per stream and Celery worker; "
+        f"{p['rows_per_wall_s']:,.0f}, the cores shared), one drain per stream at a time, "
+        f"going again at once while its stream is busy: {p['drain']:,.0f} rows/s per stream "
+        f"and Celery worker; "
         f"{TARGET_UTILISATION:.0%} target utilisation.",
         "",
         "| requests/s | gateway CPU cores | gateway pods (1 CPU) | Redis cores "

@@ -145,7 +145,7 @@ def shards_in_use() -> int:
     return max(settings.DMX_REQUEST_REDIS_SHARDS, seen)
 
 
-def fan_out_shards(task, shard: int | None) -> bool:
+def _fan_out_shards(task, shard: int | None) -> bool:
     """For a drain task run without a shard (by the beat): queue it once per shard in use, to
     drain their streams in parallel on every worker process of the ledger queue, and say so;
     False (nothing queued) when it was given its shard, or there is one, shard 0, which the
@@ -158,6 +158,20 @@ def fan_out_shards(task, shard: int | None) -> bool:
     for number in range(count):
         task.delay(number)
     return True
+
+
+def drain_task(task, flush: Callable[..., int], shard: int | None) -> int:
+    """A drain task's body: queued by the beat without a shard, it fans out (_fan_out_shards);
+    given its shard, it drains it and, when that moved a whole task's worth (MAX_ROUNDS
+    batches: more are likely waiting), queues itself again at once. The beat's cadence then
+    paces a quiet stream only: a busy one drained at most MAX_ROUNDS x BATCH entries per
+    DMX_USAGE_FLUSH_SECONDS, half of what one drain's CPU moves (bench/capacity.py)."""
+    if _fan_out_shards(task, shard):
+        return 0
+    moved = flush(shard=shard or 0)
+    if moved >= MAX_ROUNDS * BATCH:
+        task.delay(shard or 0)
+    return moved
 
 
 def every_shard() -> list[StreamShard]:

@@ -15,9 +15,7 @@ from dmxplatform.queues import Queue
 
 @shared_task(queue=Queue.LEDGER, time_limit=60, soft_time_limit=50, expires=30, ignore_result=True)
 def decisions_flush_task(shard: int | None = None) -> int:
-    if streams.fan_out_shards(decisions_flush_task, shard):
-        return 0
-    return decisions_flush(shard=shard or 0)
+    return streams.drain_task(decisions_flush_task, decisions_flush, shard)
 
 
 @shared_task(queue=Queue.DEFAULT, time_limit=3600, soft_time_limit=3500, ignore_result=True)

@@ -232,3 +232,16 @@ def test_streams_of_shards_given_up_are_still_drained_and_counted(settings, eage
     tasks.usage_flush_task.delay()
     assert UsageRecord.objects.filter(request_id=stranded.request_id).count() == 1
     assert sync_redis().xlen(ledger.USAGE_STREAM.shard(3).key()) == 0
+
+
+def test_a_busy_stream_is_drained_again_at_once_not_at_the_next_beat(monkeypatch, eager_celery):
+    """A task moves at most MAX_ROUNDS batches; one that moved that many goes again at once.
+    The beat's every-2-s flush capped a stream at 5,000 entries a second, half of what one
+    drain's CPU moves."""
+    monkeypatch.setattr(streams, "MAX_ROUNDS", 1)
+    key, _ = make_api_key()
+    waiting = [event(key) for _ in range(2 * streams.BATCH + 3)]
+    append(*waiting)
+    tasks.usage_flush_task.delay()  # as the beat queues it: once
+    assert UsageRecord.objects.filter(api_key=key).count() == len(waiting)
+    assert sync_redis().xlen(USAGE.key()) == 0
