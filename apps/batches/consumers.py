@@ -194,7 +194,7 @@ def _store_upload(call: Call) -> dict[str, Any]:
             param="file",
             code=BatchesErrorCode.FILE_TOO_LARGE,
         )
-    expires = "expires_after[seconds]"
+    seconds = "expires_after[seconds]"
     try:
         file = services.file_create(
             tenant_id=call.key.tenant_id,
@@ -203,7 +203,7 @@ def _store_upload(call: Call) -> dict[str, Any]:
             filename=upload.name or "",
             content=upload,
             size=upload.size,
-            expires_after=query_int(fields, expires, 0) if expires in fields else None,
+            expires_after=query_int(fields, seconds, 0) if seconds in fields else None,
         )
     finally:
         upload.close()

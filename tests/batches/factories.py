@@ -34,11 +34,16 @@ def make_batch(lines, key=None) -> Batch:
         content=io.BytesIO(text.encode()),
         size=len(text),
     )
-    return services.batch_create(
+    return services.batch_create(**create_arguments(key, file.id))
+
+
+def create_arguments(key, input_file_id: str) -> dict:
+    """services.batch_create's arguments for a chat batch of `key`'s over the file."""
+    return dict(
         tenant_id=key.tenant_id,
         api_key_id=key.id,
         client_address="10.0.0.1",
-        input_file_id=file.id,
+        input_file_id=input_file_id,
         endpoint="/v1/chat/completions",
         completion_window="24h",
     )

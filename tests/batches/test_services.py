@@ -15,7 +15,7 @@ from apps.batches.choices import BatchStatus, LineState
 from apps.batches.models import Batch, BatchLine
 from apps.batches.selectors import batches_page, file_get
 from dmxplatform.errors import ConflictError, InvalidRequestError, NotFoundError
-from tests.batches.factories import make_batch, request_line, validated_batch
+from tests.batches.factories import create_arguments, make_batch, request_line, validated_batch
 from tests.keys.factories import make_api_key, make_tenant
 
 pytestmark = pytest.mark.django_db
@@ -79,14 +79,7 @@ def test_creating_a_batch_checks_its_arguments_and_the_tenants_file():
     key, _ = make_api_key()
     other, _ = make_api_key(make_tenant())
     batch = make_batch([request_line("a")], key)
-    arguments = dict(
-        tenant_id=key.tenant_id,
-        api_key_id=key.id,
-        client_address="",
-        input_file_id=batch.input_file_id,
-        endpoint="/v1/chat/completions",
-        completion_window="24h",
-    )
+    arguments = create_arguments(key, batch.input_file_id)
     with pytest.raises(InvalidRequestError, match="endpoint"):
         services.batch_create(**{**arguments, "endpoint": "/v1/moderations"})
     with pytest.raises(InvalidRequestError, match="completion_window"):
