@@ -355,3 +355,21 @@ def test_an_upload_that_stops_arriving_is_a_408_and_its_connection_is_closed(pla
         b'--b\r\nContent-Disposition: form-data; name="purpose"\r\n\r\nbatch\r\n--b\r\n',
     )
     assert_body_timed_out(answer, waited)
+
+
+def test_an_upload_may_ask_to_expire_sooner_as_openais_files_do(client):
+    """`expires_after` (anchor `created_at`, 3,600 s to the retention): the file's
+    `expires_at` follows it; a value out of range or not an integer is a 400 naming it."""
+    content = ("input.jsonl", io.BytesIO(json.dumps(chat_line("a", "Hi")).encode()))
+    soon = client.files.create(
+        file=content, purpose="batch", expires_after={"anchor": "created_at", "seconds": 3600}
+    )
+    assert soon.expires_at - soon.created_at == 3600
+    for seconds in (60, "²"):
+        with pytest.raises(openai.BadRequestError) as refused:
+            client.files.create(
+                file=("input.jsonl", io.BytesIO(b"{}")),
+                purpose="batch",
+                expires_after={"anchor": "created_at", "seconds": seconds},
+            )
+        assert refused.value.body["param"].startswith("expires_after"), refused.value.body
