@@ -85,7 +85,10 @@ async def complete(state: CompletionState) -> None:
         body = await read_body(state.receive, MAX_BODY_BYTES)
         key = await authenticate(state, runtime, body)
         lease = state.lease = runtime.gate.lease(
-            key, request_id=state.request_id, usage=functools.partial(usage_record, state)
+            key,
+            request_id=state.request_id,
+            usage=functools.partial(usage_record, state),
+            once=bool(state.batch_id),  # a lost batch worker's line runs again under its id
         )
         async with lease:
             await prepare_off_loop(state, runtime, body)

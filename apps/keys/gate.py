@@ -30,7 +30,7 @@ from apps.keys.choices import PriorityTier
 from apps.keys.keycache import KeyCache, KeyRecord, invalidation_channel
 from apps.keys.leases import LeaseBook
 from apps.keys.limiter import Limiter
-from apps.keys.ratelimit import Admission
+from apps.keys.ratelimit import Admission, Once
 from apps.keys.selectors import key_record_load
 from dmxplatform.background import cancel_all
 from dmxplatform.redis_client import async_redis
@@ -140,11 +140,13 @@ class KeyGate:
         *,
         request_id: str,
         usage: UsageOf,
+        once: bool = False,
     ) -> Lease:
         """A request's hold on `key`, as an async context manager that settles exactly once
         when its block ends (see Lease); `usage` gives the request's usage record (and other
-        streams' records of it) from what ended the block."""
-        return Lease(self, key, request_id, usage)
+        streams' records of it) from what ended the block. `once`: the request may run again
+        under its id (a batch line), and only its first try to settle counts against the key."""
+        return Lease(self, key, request_id, usage, once)
 
     async def seed_balance(self, tenant_id: int) -> int:
         """Give Redis a prepaid balance it does not hold, from the book of record; without the
@@ -212,6 +214,7 @@ class Lease:
         "_gate",
         "_key",
         "_money",
+        "_once",
         "_request_id",
         "_reserved",
         "_usage",
@@ -223,11 +226,13 @@ class Lease:
         key: KeyRecord,
         request_id: str,
         usage: UsageOf,
+        once: bool = False,
     ) -> None:
         self._gate = gate
         self._key = key
         self._request_id = request_id
         self._usage = usage
+        self._once = once
         self._admission: Admission | None = None
         self._reserved = 0
         self._money = 0
@@ -276,10 +281,15 @@ class Lease:
             (USAGE_STREAM.of_tenant(usage.tenant_id).key(), usage.encode()),
             *entries,
         ]
+        once = None
+        if self._once:
+            once = Once.of(self._key.tenant_id, self._request_id, self._reserved, self._money)
         # A task of its own, so that a caller cancelled meanwhile (the client left, the time ran
         # out) cannot cancel the call halfway and drop the record: the exit waits for it.
         self._call = asyncio.ensure_future(
-            self._gate.limiter.submit_settle(admission, refund=refund, events=events, money=money)
+            self._gate.limiter.submit_settle(
+                admission, refund=refund, events=events, money=money, once=once
+            )
         )
         return self._call
 

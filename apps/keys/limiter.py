@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 
 from apps.keys.leases import MIN_LEASE_REQUESTS, Lease, LeaseBook
-from apps.keys.ratelimit import Admission, Meter, Rule
+from apps.keys.ratelimit import Admission, Meter, Once, Rule
 from dmxplatform.metrics import gateway_admissions
 from dmxplatform.resp import ClusterRespClient, RedisUnavailable, RespClient, Script
 
@@ -101,14 +101,15 @@ class Limiter:
         refund: int,
         events: list[tuple[str, bytes]],
         money: int = 0,
+        once: Once | None = None,
     ) -> Awaitable[Any]:
         """settle(), returning once the call is on its way to Redis (RespClient.submit), with
-        Redis's answer to await."""
+        Redis's answer to await; with `once`, only the first try of its request is counted."""
         if admission is None:
-            rules, members = (), []
+            rules, members, once = (), [], None  # nothing reserved: nothing to count once
         else:
             rules, members = admission.rules, [admission.member]
-        keys, args = _give_back_call(rules, refund, 0, money, members, events)
+        keys, args = _give_back_call(rules, refund, 0, money, members, events, once)
         return await self._redis.submit(self._settle, keys, args)
 
     async def end_leases(self, *, everything: bool = False) -> int:
@@ -135,9 +136,12 @@ def _give_back_call(
     money: int,
     members: list[str],
     events: list[tuple[str, bytes]],
+    once: Once | None = None,
 ) -> tuple[list[str], list]:
     """settle.lua's keys and arguments (see the script)."""
     keys, spec = _settle_spec(rules)
+    if once is not None:
+        keys, spec = _appended(keys, spec, once.key, once.row())
     return (
         [*keys, *(stream for stream, _ in events)],
         [
@@ -185,10 +189,13 @@ def _spec(rules: tuple[Rule, ...], row: Callable[[Rule], list]) -> tuple[list[st
     neither misses the cache nor evicts the entries of every other key."""
     if not rules or rules[-1].meter != Meter.NONCE:
         return _cached_spec(rules, row)
-    keys, spec = _cached_spec(rules[:-1], row)
     nonce = rules[-1]
-    joined = spec[:-1] + (b"," if len(rules) > 1 else b"") + orjson.dumps(row(nonce)) + b"]"
-    return [*keys, nonce.key], joined
+    return _appended(*_cached_spec(rules[:-1], row), nonce.key, row(nonce))
+
+
+def _appended(keys: list[str], spec: bytes, key: str, row: list) -> tuple[list[str], bytes]:
+    """The scripts' keys and JSON rules with one more rule, last, made for this call."""
+    return [*keys, key], spec[:-1] + (b"," if keys else b"") + orjson.dumps(row) + b"]"
 
 
 @functools.lru_cache(maxsize=_SPEC_CACHE)

@@ -66,6 +66,28 @@ class Rule:
         return self.kind
 
 
+# How long settle.lua keeps a settled request's marker (Once): longer than any try of a batch
+# line can come, within its batch's 24-hour window and a lost worker's hold after it.
+ONCE_MARKER_MS = 25 * 60 * MINUTE_MS
+
+
+@dataclass(frozen=True, slots=True)
+class Once:
+    """The marker of a request that may run again under its id (a batch line whose worker was
+    lost): the first try to settle is counted, a later one gives back all it reserved."""
+
+    key: str
+    tokens: int  # what the try reserved
+    money: int
+
+    @classmethod
+    def of(cls, tenant_id: int, request_id: str, tokens: int, money: int) -> Once:
+        return cls(tenant_rkey(tenant_id, "settled", request_id), tokens, money)
+
+    def row(self) -> list:
+        return ["o", self.tokens, self.money, ONCE_MARKER_MS]
+
+
 @dataclass(frozen=True, slots=True)
 class Admission:
     admitted: bool

@@ -15,6 +15,8 @@ import pytest
 from apps.batches.models import Batch
 from apps.billing.models import Price, UsageRecord
 from apps.billing.money import Rates, to_micros
+from apps.keys.ratelimit import Once
+from dmxplatform.redis_client import request_redis
 from tests.conftest import EMBED_MODEL, TINY_CONTEXT
 from tests.gateway.test_bad_input import assert_body_timed_out
 from tests.gateway.test_errors import assert_error
@@ -265,6 +267,11 @@ def test_a_batch_worker_killed_mid_batch_loses_no_line_and_runs_none_twice(
     # Billed once each: no line's first try (killed with its worker) left a record behind.
     assert {r.request_id for r in records if r.status == "ok"} == answered_ids(output)
     assert Batch.objects.get(id=batch.id).held_until is None
+    # And counted once against the key: each line's settle left the marker a second try of it
+    # would find (settle.lua; tests/keys/test_money_rules.py counts with it).
+    tenant_id = records[0].tenant_id
+    markers = [Once.of(tenant_id, request_id, 0, 0).key for request_id in answered_ids(output)]
+    assert request_redis().exists(*markers) == len(markers)
 
 
 def test_the_openai_sdk_batch_example_runs_as_documented(client, batch_worker, tmp_path):

@@ -27,7 +27,7 @@ class SlowLimiter:
         self.calls = 0
         self.release = asyncio.Event()
 
-    async def submit_settle(self, admission, *, refund, events, money=0):
+    async def submit_settle(self, admission, *, refund, events, money=0, once=None):
         self.calls += 1
         await self.release.wait()
         if self.fails:

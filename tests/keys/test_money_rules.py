@@ -8,12 +8,14 @@ import pytest
 
 from apps.billing.counters import balance_key
 from apps.keys.admission import BALANCE_NOT_HELD, admit
-from apps.keys.keycache import BudgetLimit, Limits
+from apps.keys.gate import KeyGate, UsageEvent, UsageStatus
+from apps.keys.keycache import BudgetLimit, Limits, Quota
 from apps.keys.leases import LeaseBook
 from apps.keys.limiter import Limiter
 from apps.keys.ratelimit import Meter, rules_for
 from dmxplatform.errors import RateLimitError
-from dmxplatform.redis_client import sync_redis
+from dmxplatform.redis_client import resp_client, sync_redis
+from dmxplatform.spool import Spool
 from tests.keys.factories import make_key_record, run_with_redis
 
 pytestmark = pytest.mark.usefixtures("private_redis")
@@ -84,6 +86,52 @@ def test_settle_gives_back_what_the_request_did_not_cost():
 
     assert run_with_redis(lambda redis: scenario(Limiter(redis))).admitted
     assert spent(record) == 123
+
+
+@pytest.mark.parametrize("once", [True, False], ids=["batch-line", "request"])
+def test_a_try_that_runs_again_under_its_request_id_is_counted_once(tmp_path, once):
+    """A batch worker lost after a line's settle call and before it kept the answer runs the
+    line again under the same request id. The ledger keeps the first try's record only, so the
+    quota, budget and prepaid balance must count that try alone; another id counts again."""
+    record = make_key_record(
+        budgets=(MONTH_BUDGET,),
+        quotas=(Quota(scope="key", period="day", model="", tokens=10_000),),
+        prepaid=True,
+    )
+    sync_redis().set(balance_key(record.tenant_id), 1_000_000)
+
+    async def attempt(gate, request_id: str, used: int, cost: int) -> None:
+        def usage(ended_by):
+            event = UsageEvent(
+                request_id=request_id,
+                api_key_id=record.id,
+                tenant_id=record.tenant_id,
+                created_at=0.0,
+                endpoint="chat.completions",
+                model="m",
+                status=UsageStatus.OK,
+                http_status=200,
+                prompt_tokens=used,
+                cost_micros=cost,
+            )
+            return event, ()
+
+        lease = gate.lease(record, request_id=request_id, usage=usage, once=once)
+        async with lease:
+            await lease.admit(model="m", reserve=400, money=5_000, nonce=None)
+
+    async def scenario(redis):
+        gate = KeyGate(resp_client(), redis, spool=Spool(tmp_path))
+        await attempt(gate, "req_line", used=120, cost=1_200)
+        await attempt(gate, "req_line", used=150, cost=1_500)  # the lost worker's line again
+        await attempt(gate, "req_other", used=30, cost=300)
+
+    run_with_redis(scenario)
+    quota = next(r for r in rules_for(record, model="m") if r.meter == Meter.QUOTA)
+    counted = [(120, 1_200), (30, 300)] if once else [(120, 1_200), (150, 1_500), (30, 300)]
+    assert int(sync_redis().get(quota.key)) == sum(tokens for tokens, _ in counted)
+    assert spent(record) == sum(cost for _, cost in counted)
+    assert int(sync_redis().get(balance_key(record.tenant_id))) == 1_000_000 - spent(record)
 
 
 def test_a_soft_budget_counts_and_never_refuses():

@@ -7,7 +7,9 @@
 -- ARGV[2]        requests to give back: 0 for a request (it happened), a lease's unused ones
 -- ARGV[3]        money to give back: reserved minus cost, micro-units (negative: it cost more)
 -- ARGV[4]        the rules as JSON, [[kind, limit, param], ...] (as in admit.lua, with kind
---                "rt" for a token bucket, whose tokens are given back, and "qm" for a budget)
+--                "rt" for a token bucket, whose tokens are given back, and "qm" for a budget);
+--                last, for a request that may run again under its id, its marker:
+--                ["o", tokens reserved, money reserved, ms to keep the marker]
 -- ARGV[5]        m, the number of concurrency slot members to free
 -- ARGV[6 .. 5+m] the members: a request's id or lease slot, a lease's unused slots
 -- ARGV[6+m ..]   one payload per stream, in KEYS order
@@ -22,6 +24,16 @@ local money = tonumber(ARGV[3])
 local specs = cjson.decode(ARGV[4])
 local members = tonumber(ARGV[5])
 local rules = #specs
+
+-- A request that may run again under its id (a batch line whose worker was lost after this
+-- call and before it kept the answer) is counted once. The ledger keeps the first try's record
+-- only, so a try that finds the marker set gives back all it reserved.
+local marker = specs[rules]
+if marker and marker[1] == 'o' then
+  if not redis.call('SET', KEYS[rules], 1, 'NX', 'PX', marker[4]) then
+    tokens, money = marker[2], marker[3]
+  end
+end
 
 local function refill(key, limit, param, amount)
   local stored = redis.call('HMGET', key, 'v', 't')
