@@ -29,9 +29,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
@@ -65,6 +67,8 @@ REDIS_PREFIX = "dmxbench"
 # apps.billing.ledger.USAGE_STREAM's one stream with the default single request-store shard.
 USAGE_STREAM_KEY = f"{REDIS_PREFIX}:{{s0}}:usage:stream"
 DRAIN_TIMEOUT = 300  # seconds the ledger gets to drain a point's usage events
+# Granian, for --granian only (bench/setup_granian.sh): the platform does not depend on it.
+GRANIAN_LIB = RUN_DIR / "granian"
 
 
 def _env(redis_db: int) -> dict[str, str]:
@@ -358,9 +362,74 @@ def billing_points(
                     f"statuses {result['statuses']}",
                     flush=True,
                 )
-        row["summary"] = _billing_summary(row)
+        row["summary"] = _ab_summary(row)
         rows.append(row)
     return rows
+
+
+def server_points(
+    args, key: str, servers: dict[str, tuple[str, list[int]]], upstream_url: str, ledger
+) -> list[dict]:
+    """The same gateway under two ASGI servers (`servers`: A and B, each a URL and the PIDs of
+    its processes), at each point in alternate windows, A B B A..., as billing_points does."""
+    rows = []
+    for stream in (False, True):
+        for concurrency in args.concurrency:
+            common = dict(
+                stream=stream,
+                concurrency=concurrency,
+                tokens=args.tokens,
+                warmup=args.warmup,
+                duration=args.duration,
+            )
+            row = {
+                "stream": stream,
+                "concurrency": concurrency,
+                "direct": measure(upstream_url + "/v1/chat/completions", None, **common),
+                "A": [],
+                "B": [],
+            }
+            for window in range(args.server_rounds):
+                for side in ("A", "B") if window % 2 == 0 else ("B", "A"):
+                    url, pids = servers[side]
+                    with ledger:
+                        result = measure(url + "/v1/chat/completions", key, cpu_pids=pids, **common)
+                    row[side].append(result)
+                    print(
+                        f"server {side} {'stream' if stream else 'json  '} C={concurrency} "
+                        f"window {window}: {result['rps']:6.0f} rps p50 {result['p50_ms']:6.2f} "
+                        f"cpu {result['cpu_ms_per_request']:.3f} ms/req "
+                        f"statuses {result['statuses']}",
+                        flush=True,
+                    )
+            row["summary"] = _ab_summary(row)
+            rows.append(row)
+    return rows
+
+
+def server_markdown(rows: list[dict], meta: dict) -> str:
+    lines = [
+        f"The gateway under uvicorn (A, as config.serve runs it) and under Granian "
+        f"{meta['granian']} (B: ASGI interface, uvloop, one worker), side by side on the same "
+        f"core, upstream and key; {meta['server_rounds']} windows of each, alternating A B B "
+        f"A..., {meta['duration']} s each after {meta['warmup']} s of warm-up. Medians over "
+        "the windows; B/A is the median over adjacent pairs. CPU counts every process of each "
+        "server.",
+        "",
+        "| mode | C | upstream rps | A rps | B rps | A added p50 ms | B added p50 ms "
+        "| A CPU ms/req | B CPU ms/req | CPU B/A |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        s, direct = row["summary"], row["direct"]
+        p50, cpu = s["p50_ms"], s["cpu_ms_per_request"]
+        lines.append(
+            f"| {'stream' if row['stream'] else 'non-stream'} | {row['concurrency']} "
+            f"| {direct['rps']:.0f} | {s['rps']['A']:.0f} | {s['rps']['B']:.0f} "
+            f"| {p50['A'] - direct['p50_ms']:.2f} | {p50['B'] - direct['p50_ms']:.2f} "
+            f"| {cpu['A']:.3f} | {cpu['B']:.3f} | {cpu['B/A']:.2f} |"
+        )
+    return "\n".join(lines) + "\n"
 
 
 def stage_seconds(gateway_url: str) -> dict[str, tuple[float, float]]:
@@ -392,7 +461,7 @@ def _median(values: list[float]) -> float:
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
-def _billing_summary(row: dict) -> dict:
+def _ab_summary(row: dict) -> dict:
     """Medians over the windows, and of the differences and ratios of each A window and the B
     window measured next to it (the pairs share the machine's state of the moment)."""
     pairs = list(zip(row["A"], row["B"], strict=True))
@@ -402,8 +471,8 @@ def _billing_summary(row: dict) -> dict:
         "p99_ms": lambda r: r["p99_ms"],
         "cpu_ms_per_request": lambda r: r["cpu_ms_per_request"],
         "rps": lambda r: r["rps"],
-        "limits_ms": lambda r: r["stage_ms"].get("limits", 0.0),
-        "settle_ms": lambda r: r["stage_ms"].get("settle", 0.0),
+        "limits_ms": lambda r: r.get("stage_ms", {}).get("limits", 0.0),
+        "settle_ms": lambda r: r.get("stage_ms", {}).get("settle", 0.0),
     }
     for name, value in figures.items():
         differences = [value(b) - value(a) for a, b in pairs]
@@ -632,6 +701,40 @@ def start_litellm(procs: Processes, upstream_url: str, core: str) -> tuple[str, 
     return url, process.pid
 
 
+def process_tree(pid: int) -> list[int]:
+    """`pid` and every process under it (a server's workers), from /proc."""
+    pids = [pid]
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
+            for child in (task / "children").read_text().split():
+                pids += process_tree(int(child))
+    return pids
+
+
+def start_granian(procs: Processes, env: dict[str, str], core: str) -> tuple[str, list[int]]:
+    """The same gateway served by Granian instead of uvicorn, on the gateway's core, with a
+    metrics directory of its own as config.serve gives uvicorn's; returns its URL and the PIDs
+    of its processes, once it serves."""
+    port = free_port()
+    metrics = RUN_DIR / "granian-metrics"
+    shutil.rmtree(metrics, ignore_errors=True)
+    metrics.mkdir(parents=True)
+    argv = [
+        str(PYTHON), "-m", "granian", "--interface", "asgi", "--loop", "uvloop",
+        "--workers", "1", "--host", "127.0.0.1", "--port", str(port),
+        "--log-level", "warning", "config.asgi:application",
+    ]  # fmt: skip
+    process = procs.start(
+        "granian",
+        argv,
+        core,
+        dict(env, PYTHONPATH=str(GRANIAN_LIB), PROMETHEUS_MULTIPROC_DIR=str(metrics)),
+    )
+    url = f"http://127.0.0.1:{port}"
+    _wait(url + "/health")
+    return url, process_tree(process.pid)
+
+
 def profile(args, key: str, gateway_pid: int, gateway_url: str) -> str:
     """Sample the gateway with py-spy under load; return the top functions by own time."""
     import threading
@@ -805,6 +908,11 @@ def start_fake_upstream_stack(
     return FakeUpstreamStack(gateway, celery, attached, upstream_url, gateway_url)
 
 
+def _granian_version() -> str:
+    found = next(GRANIAN_LIB.glob("granian-*.dist-info"))
+    return found.name.removeprefix("granian-").removesuffix(".dist-info")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run: short points")
@@ -850,6 +958,15 @@ def main() -> None:
         help="trace every request (DMX_OTLP_ENDPOINT) to a collector that keeps nothing",
     )
     parser.add_argument(
+        "--granian",
+        action="store_true",
+        help="the gateway under uvicorn against under Granian, in alternate windows "
+        "(bench/setup_granian.sh installs it)",
+    )
+    parser.add_argument(
+        "--server-rounds", type=int, default=4, help="windows of each server with --granian"
+    )
+    parser.add_argument(
         "--litellm",
         action="store_true",
         help="also measure LiteLLM's proxy at each point (bench/setup_litellm.sh installs it)",
@@ -857,6 +974,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.litellm and not litellm_proxy.available():
         parser.error("--litellm needs bench/setup_litellm.sh to have been run")
+    if args.granian and not (GRANIAN_LIB / "granian").is_dir():
+        parser.error("--granian needs bench/setup_granian.sh to have been run")
     if args.quick:
         args.warmup, args.duration, args.vllm_duration = 0.5, 1.5, 3
 
@@ -908,6 +1027,20 @@ def main() -> None:
             if args.billing
             else None
         )
+        servers = (
+            server_points(
+                args,
+                credentials["key"],
+                {
+                    "A": (gateway_url, [gateway.pid]),
+                    "B": start_granian(procs, env, gateway_core),
+                },
+                upstream_url,
+                ledger,
+            )
+            if args.granian
+            else None
+        )
         profiled = (
             profile(args, credentials["key"], gateway.pid, gateway_url) if args.profile else ""
         )
@@ -936,11 +1069,14 @@ def main() -> None:
         "litellm": litellm_proxy.version() if args.litellm else None,
         "tracing": "on, every request" if args.otlp else "off",
         "billing_rounds": args.billing_rounds if args.billing else 0,
+        "server_rounds": args.server_rounds if args.granian else 0,
+        "granian": _granian_version() if args.granian else None,
         "leases": env.get("DMX_ADMISSION_LEASE_REQUESTS", "") != "0",
     }
     table = (
         markdown(rows, vllm, soak_result, meta)
         + ("\n" + billing_markdown(billing, meta) if billing else "")
+        + ("\n" + server_markdown(servers, meta) if servers else "")
         + ("\n" + profiled if profiled else "")
     )
     print(table)
@@ -955,6 +1091,7 @@ def main() -> None:
                     "vllm": vllm,
                     "soak": soak_result,
                     "billing": billing,
+                    "servers": servers,
                 },
                 indent=1,
             )

@@ -4,6 +4,7 @@ lines answered and failed, whose rate is the batches' throughput."""
 
 from __future__ import annotations
 
+from django.db import DatabaseError
 from django.db.models import Count, Sum
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
@@ -19,33 +20,39 @@ class BatchCollector(ScrapeTimeCollector):
         open_batches = GaugeMetricFamily(
             "dmx_batches_open", "Batches not ended, by status.", labels=["status"]
         )
-        counts = dict(
-            Batch.objects.filter(status__in=OPEN)
-            .values_list("status")
-            .annotate(n=Count("id"))
-            .values_list("status", "n")
-        )
-        for status in OPEN:
-            open_batches.add_metric([status.value], counts.get(status, 0))
-        yield open_batches
         backlog = GaugeMetricFamily(
             "dmx_batch_lines_backlog",
             "Lines of open batches not yet answered: waiting or running.",
         )
-        backlog.add_metric(
-            [],
-            BatchLine.objects.filter(
-                batch__status__in=OPEN, state__in=[LineState.PENDING, LineState.RUNNING]
-            ).count(),
-        )
-        yield backlog
         lines = CounterMetricFamily(
             "dmx_batch_lines",
             "Lines of batches that ended their run: answered (the output file) or failed "
             "(the error file).",
             labels=["outcome"],
         )
-        totals = Batch.objects.aggregate(answered=Sum("completed"), failed=Sum("failed"))
+        try:
+            counts, waiting, totals = _read()
+        except DatabaseError:
+            # Empty families rather than a failed scrape: the gateway's own figures still go.
+            yield from (open_batches, backlog, lines)
+            return
+        for status in OPEN:
+            open_batches.add_metric([status.value], counts.get(status, 0))
+        backlog.add_metric([], waiting)
         for outcome in ("answered", "failed"):
             lines.add_metric([outcome], totals[outcome] or 0)
-        yield lines
+        yield from (open_batches, backlog, lines)
+
+
+def _read() -> tuple[dict[str, int], int, dict[str, int | None]]:
+    counts = dict(
+        Batch.objects.filter(status__in=OPEN)
+        .values_list("status")
+        .annotate(n=Count("id"))
+        .values_list("status", "n")
+    )
+    waiting = BatchLine.objects.filter(
+        batch__status__in=OPEN, state__in=[LineState.PENDING, LineState.RUNNING]
+    ).count()
+    totals = Batch.objects.aggregate(answered=Sum("completed"), failed=Sum("failed"))
+    return counts, waiting, totals
