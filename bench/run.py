@@ -263,6 +263,31 @@ class LedgerPause:
             return client.xlen(USAGE_STREAM_KEY)
 
 
+def _points(args):
+    """Each point (streamed or not, at each concurrency) with measure()'s arguments for it."""
+    for stream in (False, True):
+        for concurrency in args.concurrency:
+            yield (
+                stream,
+                concurrency,
+                dict(
+                    stream=stream,
+                    concurrency=concurrency,
+                    tokens=args.tokens,
+                    warmup=args.warmup,
+                    duration=args.duration,
+                ),
+            )
+
+
+def _windows(rounds: int):
+    """`rounds` windows of each side, A B B A A B..., so that the machine's drift falls on both
+    alike."""
+    for window in range(rounds):
+        for side in ("A", "B") if window % 2 == 0 else ("B", "A"):
+            yield window, side
+
+
 def fake_upstream_points(
     args,
     env,
@@ -275,31 +300,23 @@ def fake_upstream_points(
 ) -> list[dict]:
     """Direct, then through the gateway, then (with --litellm) through LiteLLM, at each point."""
     rows = []
-    for stream in (False, True):
-        for concurrency in args.concurrency:
-            common = dict(
-                stream=stream,
-                concurrency=concurrency,
-                tokens=args.tokens,
-                warmup=args.warmup,
-                duration=args.duration,
+    for stream, concurrency, common in _points(args):
+        direct = measure(upstream_url + "/v1/chat/completions", None, **common)
+        with ledger:
+            via = measure(
+                gateway_url + "/v1/chat/completions", key, cpu_pids=[gateway_pid], **common
             )
-            direct = measure(upstream_url + "/v1/chat/completions", None, **common)
-            with ledger:
-                via = measure(
-                    gateway_url + "/v1/chat/completions", key, cpu_pids=[gateway_pid], **common
-                )
-            row = {"stream": stream, "concurrency": concurrency, "direct": direct, "gateway": via}
-            if litellm:
-                litellm_url, litellm_pid = litellm
-                row["litellm"] = measure(
-                    litellm_url + "/v1/chat/completions",
-                    litellm_proxy.MASTER_KEY,
-                    cpu_pids=[litellm_pid],
-                    **common,
-                )
-            rows.append(row)
-            print(_row_text(rows[-1]), flush=True)
+        row = {"stream": stream, "concurrency": concurrency, "direct": direct, "gateway": via}
+        if litellm:
+            litellm_url, litellm_pid = litellm
+            row["litellm"] = measure(
+                litellm_url + "/v1/chat/completions",
+                litellm_proxy.MASTER_KEY,
+                cpu_pids=[litellm_pid],
+                **common,
+            )
+        rows.append(row)
+        print(_row_text(rows[-1]), flush=True)
     return rows
 
 
@@ -342,26 +359,25 @@ def billing_points(
             "A": [],
             "B": [],
         }
-        for window in range(args.billing_rounds):
-            for side in ("A", "B") if window % 2 == 0 else ("B", "A"):
-                with ledger:
-                    stages = stage_seconds(gateway_url)
-                    result = measure(
-                        gateway_url + "/v1/chat/completions",
-                        keys[side],
-                        cpu_pids=[gateway_pid],
-                        **common,
-                    )
-                    result["stage_ms"] = stage_ms(stages, stage_seconds(gateway_url))
-                row[side].append(result)
-                print(
-                    f"billing {'stream' if stream else 'json  '} window {window} key {side}: "
-                    f"{result['rps']:6.0f} rps p50 {result['p50_ms']:6.2f} "
-                    f"p99 {result['p99_ms']:6.2f} cpu {result['cpu_ms_per_request']:.3f} ms/req "
-                    f"limits {result['stage_ms'].get('limits', 0):.3f} ms "
-                    f"statuses {result['statuses']}",
-                    flush=True,
+        for window, side in _windows(args.billing_rounds):
+            with ledger:
+                stages = stage_seconds(gateway_url)
+                result = measure(
+                    gateway_url + "/v1/chat/completions",
+                    keys[side],
+                    cpu_pids=[gateway_pid],
+                    **common,
                 )
+                result["stage_ms"] = stage_ms(stages, stage_seconds(gateway_url))
+            row[side].append(result)
+            print(
+                f"billing {'stream' if stream else 'json  '} window {window} key {side}: "
+                f"{result['rps']:6.0f} rps p50 {result['p50_ms']:6.2f} "
+                f"p99 {result['p99_ms']:6.2f} cpu {result['cpu_ms_per_request']:.3f} ms/req "
+                f"limits {result['stage_ms'].get('limits', 0):.3f} ms "
+                f"statuses {result['statuses']}",
+                flush=True,
+            )
         row["summary"] = _ab_summary(row)
         rows.append(row)
     return rows
@@ -373,37 +389,28 @@ def server_points(
     """The same gateway under two ASGI servers (`servers`: A and B, each a URL and the PIDs of
     its processes), at each point in alternate windows, A B B A..., as billing_points does."""
     rows = []
-    for stream in (False, True):
-        for concurrency in args.concurrency:
-            common = dict(
-                stream=stream,
-                concurrency=concurrency,
-                tokens=args.tokens,
-                warmup=args.warmup,
-                duration=args.duration,
+    for stream, concurrency, common in _points(args):
+        row = {
+            "stream": stream,
+            "concurrency": concurrency,
+            "direct": measure(upstream_url + "/v1/chat/completions", None, **common),
+            "A": [],
+            "B": [],
+        }
+        for window, side in _windows(args.server_rounds):
+            url, pids = servers[side]
+            with ledger:
+                result = measure(url + "/v1/chat/completions", key, cpu_pids=pids, **common)
+            row[side].append(result)
+            print(
+                f"server {side} {'stream' if stream else 'json  '} C={concurrency} "
+                f"window {window}: {result['rps']:6.0f} rps p50 {result['p50_ms']:6.2f} "
+                f"cpu {result['cpu_ms_per_request']:.3f} ms/req "
+                f"statuses {result['statuses']}",
+                flush=True,
             )
-            row = {
-                "stream": stream,
-                "concurrency": concurrency,
-                "direct": measure(upstream_url + "/v1/chat/completions", None, **common),
-                "A": [],
-                "B": [],
-            }
-            for window in range(args.server_rounds):
-                for side in ("A", "B") if window % 2 == 0 else ("B", "A"):
-                    url, pids = servers[side]
-                    with ledger:
-                        result = measure(url + "/v1/chat/completions", key, cpu_pids=pids, **common)
-                    row[side].append(result)
-                    print(
-                        f"server {side} {'stream' if stream else 'json  '} C={concurrency} "
-                        f"window {window}: {result['rps']:6.0f} rps p50 {result['p50_ms']:6.2f} "
-                        f"cpu {result['cpu_ms_per_request']:.3f} ms/req "
-                        f"statuses {result['statuses']}",
-                        flush=True,
-                    )
-            row["summary"] = _ab_summary(row)
-            rows.append(row)
+        row["summary"] = _ab_summary(row)
+        rows.append(row)
     return rows
 
 
