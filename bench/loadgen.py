@@ -71,8 +71,11 @@ class Client(asyncio.Protocol):
 DISTINCT_PROMPTS = 4096
 
 
-def build_requests(url: str, key: str | None, body: dict) -> tuple[str, int, list[bytes]]:
-    """Prebuilt requests: the body with its prompt varied DISTINCT_PROMPTS ways."""
+def build_requests(
+    url: str, key: str | None, body: dict, headers: dict[str, str] | None = None
+) -> tuple[str, int, list[bytes]]:
+    """Prebuilt requests: the body with its prompt varied DISTINCT_PROMPTS ways, with `headers`
+    besides the usual ones."""
     parts = urllib.parse.urlsplit(url)
     payloads = []
     for i in range(DISTINCT_PROMPTS):
@@ -90,6 +93,7 @@ def build_requests(url: str, key: str | None, body: dict) -> tuple[str, int, lis
         ]
         if key:
             head.append(f"Authorization: Bearer {key}")
+        head += [f"{name}: {value}" for name, value in (headers or {}).items()]
         payloads.append(("\r\n".join(head) + "\r\n\r\n").encode() + raw)
     return parts.hostname, parts.port, payloads
 
@@ -126,9 +130,16 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 async def run(
-    url: str, key: str | None, body: dict, *, concurrency: int, warmup: float, duration: float
+    url: str,
+    key: str | None,
+    body: dict,
+    *,
+    concurrency: int,
+    warmup: float,
+    duration: float,
+    headers: dict[str, str] | None = None,
 ) -> dict:
-    host, port, payloads = build_requests(url, key, body)
+    host, port, payloads = build_requests(url, key, body, headers)
     stats = Stats()
     start = time.perf_counter()
     measure_from, until = start + warmup, start + warmup + duration

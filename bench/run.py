@@ -7,6 +7,9 @@
                                              # an upstream paced like a GPU engine
     .venv/bin/python bench/run.py --litellm  # also LiteLLM's proxy at every point, the yardstick
                                              # of the targets (bench/setup_litellm.sh first)
+    .venv/bin/python bench/run.py --no-vllm --litellm --portkey --rounds 3
+                                             # and Portkey's gateway (bench/setup_portkey.sh),
+                                             # each measured three times per point, in turn
     .venv/bin/python bench/run.py --no-vllm --otlp --results tracing-on
                                              # every request traced, to a sink (bench/otlp_sink.py)
     .venv/bin/python bench/run.py --no-vllm --no-points --billing --results billing
@@ -39,7 +42,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -48,7 +51,7 @@ import redis
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench import litellm_proxy, loadgen  # noqa: E402
+from bench import litellm_proxy, loadgen, portkey_gateway  # noqa: E402
 from tests.stack import (  # noqa: E402
     PLATFORM_SETTINGS,
     TINY_MODEL_VLLM_ARGS,
@@ -202,6 +205,20 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
+@dataclass(frozen=True)
+class Yardstick:
+    """Another gateway measured at every point beside this one, against the same upstream: its
+    URL, key, the headers that route a request to the upstream, and its processes' PIDs (for
+    its CPU)."""
+
+    name: str  # the points' key: "litellm", "portkey"
+    label: str  # as the tables name it
+    url: str
+    key: str | None
+    pids: list[int]
+    headers: dict[str, str] = field(default_factory=dict)
+
+
 def measure(
     url: str,
     key: str | None,
@@ -212,15 +229,15 @@ def measure(
     warmup: float,
     duration: float,
     cpu_pids: list[int] | None = None,
+    headers: dict[str, str] | None = None,
 ) -> dict:
     body = loadgen.request_body(model=MODEL, stream=stream, tokens=tokens)
     import uvloop
 
-    uvloop.run(loadgen.run(url, key, body, concurrency=concurrency, warmup=0, duration=warmup))
+    load = dict(concurrency=concurrency, warmup=0, headers=headers)
+    uvloop.run(loadgen.run(url, key, body, duration=warmup, **load))
     before = cpu_seconds(cpu_pids) if cpu_pids else 0.0
-    result = uvloop.run(
-        loadgen.run(url, key, body, concurrency=concurrency, warmup=0, duration=duration)
-    )
+    result = uvloop.run(loadgen.run(url, key, body, duration=duration, **load))
     if cpu_pids:
         used = cpu_seconds(cpu_pids) - before
         result["cpu_ms_per_request"] = used * 1000 / max(result["requests"], 1)
@@ -296,43 +313,79 @@ def fake_upstream_points(
     upstream_url: str,
     gateway_url: str,
     ledger: LedgerPause,
-    litellm: tuple[str, int] | None,
+    yardsticks: list[Yardstick],
 ) -> list[dict]:
-    """Direct, then through the gateway, then (with --litellm) through LiteLLM, at each point."""
+    """Direct, then through the gateway and each yardstick (--litellm, --portkey), at each
+    point. With --rounds N each is measured N times, in an order that rotates every round so
+    that each takes each place (the machine drifts); the point keeps the medians, the CPU's
+    range and every round."""
     rows = []
+    sides = ["gateway", *(yardstick.name for yardstick in yardsticks)]
+    by_name = {yardstick.name: yardstick for yardstick in yardsticks}
     for stream, concurrency, common in _points(args):
         direct = measure(upstream_url + "/v1/chat/completions", None, **common)
-        with ledger:
-            via = measure(
-                gateway_url + "/v1/chat/completions", key, cpu_pids=[gateway_pid], **common
-            )
-        row = {"stream": stream, "concurrency": concurrency, "direct": direct, "gateway": via}
-        if litellm:
-            litellm_url, litellm_pid = litellm
-            row["litellm"] = measure(
-                litellm_url + "/v1/chat/completions",
-                litellm_proxy.MASTER_KEY,
-                cpu_pids=[litellm_pid],
-                **common,
-            )
+        rounds: dict[str, list[dict]] = {side: [] for side in sides}
+        for window in range(args.rounds):
+            turn = window % len(sides)
+            for side in sides[turn:] + sides[:turn]:
+                if side == "gateway":
+                    with ledger:
+                        result = measure(
+                            gateway_url + "/v1/chat/completions",
+                            key,
+                            cpu_pids=[gateway_pid],
+                            **common,
+                        )
+                else:
+                    other = by_name[side]
+                    result = measure(
+                        other.url + "/v1/chat/completions",
+                        other.key,
+                        cpu_pids=other.pids,
+                        headers=other.headers,
+                        **common,
+                    )
+                rounds[side].append(result)
+        row = {"stream": stream, "concurrency": concurrency, "direct": direct}
+        row.update({side: _median_result(results) for side, results in rounds.items()})
+        row["rounds"] = rounds
         rows.append(row)
-        print(_row_text(rows[-1]), flush=True)
+        print(_row_text(rows[-1], yardsticks), flush=True)
     return rows
 
 
-def _row_text(row: dict) -> str:
+def _median_result(results: list[dict]) -> dict:
+    """One point's rounds as one: the median of each figure, the CPU's range, counts summed."""
+    if len(results) == 1:
+        return results[0]
+    merged = {
+        name: _median([result[name] for result in results])
+        for name, value in results[0].items()
+        if isinstance(value, float)
+    }
+    merged["requests"] = sum(result["requests"] for result in results)
+    merged["errors"] = sum(result["errors"] for result in results)
+    merged["statuses"] = {}
+    for result in results:
+        for status, count in result["statuses"].items():
+            merged["statuses"][status] = merged["statuses"].get(status, 0) + count
+    cpu = [result["cpu_ms_per_request"] for result in results if "cpu_ms_per_request" in result]
+    if cpu:
+        merged["cpu_ms_range"] = [min(cpu), max(cpu)]
+    return merged
+
+
+def _row_text(row: dict, yardsticks: list[Yardstick]) -> str:
     d, g = row["direct"], row["gateway"]
     return (
         f"{'stream' if row['stream'] else 'json  '} C={row['concurrency']:<3} "
         f"direct {d['rps']:8.0f} rps p50 {d['p50_ms']:6.2f} p99 {d['p99_ms']:6.2f} | "
         f"gateway {g['rps']:8.0f} rps p50 {g['p50_ms']:6.2f} p99 {g['p99_ms']:6.2f} "
         f"cpu {g['cpu_ms_per_request']:.3f} ms/req statuses {g['statuses']}"
-    ) + (
-        f" | litellm {row['litellm']['rps']:6.0f} rps p50 {row['litellm']['p50_ms']:6.2f} "
-        f"cpu {row['litellm']['cpu_ms_per_request']:.2f} ms/req "
-        f"statuses {row['litellm']['statuses']}"
-        if "litellm" in row
-        else ""
+    ) + "".join(
+        f" | {y.name} {row[y.name]['rps']:6.0f} rps p50 {row[y.name]['p50_ms']:6.2f} "
+        f"cpu {row[y.name]['cpu_ms_per_request']:.2f} ms/req statuses {row[y.name]['statuses']}"
+        for y in yardsticks
     )
 
 
@@ -555,8 +608,8 @@ def markdown(rows: list[dict], vllm: dict | None, soak: dict | None, meta: dict)
             f"| {g['p50_ms'] - d['p50_ms']:.2f} | {g['p99_ms'] - d['p99_ms']:.2f} "
             f"| {d['p50_ms']:.2f} | {g['cpu_ms_per_request']:.3f} |"
         )
-    if any("litellm" in row for row in rows):
-        lines += ["", *_litellm_table(rows, meta)]
+    for name, label in meta["yardsticks"].items():
+        lines += ["", *_yardstick_table(rows, name, label, meta)]
     if vllm:
         lines += [
             "",
@@ -582,26 +635,45 @@ def markdown(rows: list[dict], vllm: dict | None, soak: dict | None, meta: dict)
     return "\n".join(lines) + "\n"
 
 
-def _litellm_table(rows: list[dict], meta: dict) -> list[str]:
-    """The same points through LiteLLM's proxy: what a tenth of its cost means on this machine."""
+def _yardstick_table(rows: list[dict], name: str, label: str, meta: dict) -> list[str]:
+    """The same points through another gateway: what a share of its cost means on this
+    machine. With rounds, medians, and each CPU figure's range over the rounds in brackets."""
+    short = label.split()[0]
+    rounds = meta["rounds"]
     lines = [
-        f"The same points through LiteLLM proxy {meta['litellm']} (one worker, the same core, "
-        "upstream and load):",
+        f"The same points through {label} (one process, the same core, upstream and load"
+        + (f"; {rounds} rounds in rotating order, medians [range]" if rounds > 1 else "")
+        + "):",
         "",
-        "| mode | C | LiteLLM rps | DMX rps | DMX/LiteLLM rps | LiteLLM added p50 ms "
-        "| DMX added p50 ms | LiteLLM CPU ms/req | DMX CPU ms/req | DMX CPU share |",
+        f"| mode | C | {short} rps | DMX rps | DMX/{short} rps | {short} added p50 ms "
+        f"| DMX added p50 ms | {short} CPU ms/req | DMX CPU ms/req | DMX CPU share |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
-        d, g, lt = row["direct"], row["gateway"], row["litellm"]
+        d, g, other = row["direct"], row["gateway"], row[name]
+        failed = sum(count for status, count in other["statuses"].items() if status != 200)
+        if failed:
+            lines.append(
+                f"| {'stream' if row['stream'] else 'non-stream'} | {row['concurrency']} "
+                f"| failed: {failed} of {other['requests']} requests not 200 "
+                f"({', '.join(map(str, other['statuses']))}) | {g['rps']:.0f} | | | "
+                f"{g['p50_ms'] - d['p50_ms']:.2f} | | {_cpu(g)} | |"
+            )
+            continue
         lines.append(
             f"| {'stream' if row['stream'] else 'non-stream'} | {row['concurrency']} "
-            f"| {lt['rps']:.0f} | {g['rps']:.0f} | {g['rps'] / lt['rps']:.1f} "
-            f"| {lt['p50_ms'] - d['p50_ms']:.2f} | {g['p50_ms'] - d['p50_ms']:.2f} "
-            f"| {lt['cpu_ms_per_request']:.2f} | {g['cpu_ms_per_request']:.3f} "
-            f"| {g['cpu_ms_per_request'] / lt['cpu_ms_per_request']:.3f} |"
+            f"| {other['rps']:.0f} | {g['rps']:.0f} | {g['rps'] / other['rps']:.1f} "
+            f"| {other['p50_ms'] - d['p50_ms']:.2f} | {g['p50_ms'] - d['p50_ms']:.2f} "
+            f"| {_cpu(other)} | {_cpu(g)} "
+            f"| {g['cpu_ms_per_request'] / other['cpu_ms_per_request']:.3f} |"
         )
     return lines
+
+
+def _cpu(result: dict) -> str:
+    low_high = result.get("cpu_ms_range")
+    figure = f"{result['cpu_ms_per_request']:.3f}"
+    return f"{figure} [{low_high[0]:.3f}, {low_high[1]:.3f}]" if low_high else figure
 
 
 def soak(args, key: str, gateway_pid: int, gateway_url: str) -> dict:
@@ -691,9 +763,8 @@ def start_otlp_sink(procs: Processes, core: str) -> str:
     return url
 
 
-def start_litellm(procs: Processes, upstream_url: str, core: str) -> tuple[str, int]:
-    """Start LiteLLM's proxy on the gateway's core, in front of the same upstream; return its
-    URL and PID (for its CPU accounting)."""
+def start_litellm(procs: Processes, upstream_url: str, core: str) -> Yardstick:
+    """Start LiteLLM's proxy on the gateway's core, in front of the same upstream."""
     port = free_port()
     process = procs.start(
         "litellm",
@@ -705,7 +776,24 @@ def start_litellm(procs: Processes, upstream_url: str, core: str) -> tuple[str, 
     )
     url = f"http://127.0.0.1:{port}"
     _wait(url + "/health/liveliness", timeout=120)
-    return url, process.pid
+    label = f"LiteLLM proxy {litellm_proxy.version()}"
+    return Yardstick("litellm", label, url, litellm_proxy.MASTER_KEY, [process.pid])
+
+
+def start_portkey(procs: Processes, upstream_url: str, core: str) -> Yardstick:
+    """Start Portkey's gateway on the gateway's core, in front of the same upstream."""
+    port = free_port()
+    process = procs.start("portkey", portkey_gateway.argv(port), core, env=portkey_gateway.env())
+    url = f"http://127.0.0.1:{port}"
+    _wait(url + "/", timeout=60)
+    return Yardstick(
+        "portkey",
+        f"Portkey gateway {portkey_gateway.version()}",
+        url,
+        "none",  # the upstream's API key, which the fake upstream does not check
+        process_tree(process.pid),
+        portkey_gateway.headers(upstream_url),
+    )
 
 
 def process_tree(pid: int) -> list[int]:
@@ -965,6 +1053,17 @@ def main() -> None:
         help="trace every request (DMX_OTLP_ENDPOINT) to a collector that keeps nothing",
     )
     parser.add_argument(
+        "--portkey",
+        action="store_true",
+        help="also measure Portkey's gateway at each point (bench/setup_portkey.sh installs it)",
+    )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="measure the gateway and each yardstick this many times per point, in turn",
+    )
+    parser.add_argument(
         "--granian",
         action="store_true",
         help="the gateway under uvicorn against under Granian, in alternate windows "
@@ -981,6 +1080,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.litellm and not litellm_proxy.available():
         parser.error("--litellm needs bench/setup_litellm.sh to have been run")
+    if args.portkey and not portkey_gateway.available():
+        parser.error("--portkey needs bench/setup_portkey.sh to have been run")
     if args.granian and not (GRANIAN_LIB / "granian").is_dir():
         parser.error("--granian needs bench/setup_granian.sh to have been run")
     if args.quick:
@@ -1007,7 +1108,10 @@ def main() -> None:
         gateway, attached = stack.gateway, stack.attached[0]
         upstream_url, gateway_url = stack.upstream_url, stack.gateway_url
         ledger = LedgerPause(None if args.ledger_live else stack.celery, args.redis_db)
-        litellm = start_litellm(procs, upstream_url, gateway_core) if args.litellm else None
+        yardsticks = [
+            *([start_litellm(procs, upstream_url, gateway_core)] if args.litellm else []),
+            *([start_portkey(procs, upstream_url, gateway_core)] if args.portkey else []),
+        ]
         rows = (
             []
             if args.no_points
@@ -1019,7 +1123,7 @@ def main() -> None:
                 upstream_url,
                 gateway_url,
                 ledger,
-                litellm,
+                yardsticks,
             )
         )
         billing = (
@@ -1073,7 +1177,8 @@ def main() -> None:
         "warmup": args.warmup,
         "duration": args.duration,
         "ledger": "live" if args.ledger_live else "paused",
-        "litellm": litellm_proxy.version() if args.litellm else None,
+        "yardsticks": {yardstick.name: yardstick.label for yardstick in yardsticks},
+        "rounds": args.rounds,
         "tracing": "on, every request" if args.otlp else "off",
         "billing_rounds": args.billing_rounds if args.billing else 0,
         "server_rounds": args.server_rounds if args.granian else 0,
