@@ -52,6 +52,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench import litellm_proxy, loadgen, portkey_gateway  # noqa: E402
+from inference.proctree import group_members  # noqa: E402
 from tests.stack import (  # noqa: E402
     PLATFORM_SETTINGS,
     TINY_MODEL_VLLM_ARGS,
@@ -297,11 +298,12 @@ def _points(args):
             )
 
 
-def _windows(rounds: int):
-    """`rounds` windows of each side, A B B A A B..., so that the machine's drift falls on both
-    alike."""
+def _turns(sides: list[str], rounds: int):
+    """`rounds` windows of each side, in an order that rotates every round (two sides: A B B A
+    A B...), so that each takes each place and the machine's drift falls on all alike."""
     for window in range(rounds):
-        for side in ("A", "B") if window % 2 == 0 else ("B", "A"):
+        turn = window % len(sides)
+        for side in sides[turn:] + sides[:turn]:
             yield window, side
 
 
@@ -320,32 +322,23 @@ def fake_upstream_points(
     that each takes each place (the machine drifts); the point keeps the medians, the CPU's
     range and every round."""
     rows = []
-    sides = ["gateway", *(yardstick.name for yardstick in yardsticks)]
-    by_name = {yardstick.name: yardstick for yardstick in yardsticks}
+    gateway = Yardstick("gateway", "DMX", gateway_url, key, [gateway_pid])
+    targets = {target.name: target for target in (gateway, *yardsticks)}
     for stream, concurrency, common in _points(args):
         direct = measure(upstream_url + "/v1/chat/completions", None, **common)
-        rounds: dict[str, list[dict]] = {side: [] for side in sides}
-        for window in range(args.rounds):
-            turn = window % len(sides)
-            for side in sides[turn:] + sides[:turn]:
-                if side == "gateway":
-                    with ledger:
-                        result = measure(
-                            gateway_url + "/v1/chat/completions",
-                            key,
-                            cpu_pids=[gateway_pid],
-                            **common,
-                        )
-                else:
-                    other = by_name[side]
-                    result = measure(
-                        other.url + "/v1/chat/completions",
-                        other.key,
-                        cpu_pids=other.pids,
-                        headers=other.headers,
-                        **common,
-                    )
-                rounds[side].append(result)
+        rounds: dict[str, list[dict]] = {side: [] for side in targets}
+        for _, side in _turns(list(targets), args.rounds):
+            target = targets[side]
+            # The gateway's usage drain waits while it is measured, as in every point.
+            with ledger if side == "gateway" else contextlib.nullcontext():
+                result = measure(
+                    target.url + "/v1/chat/completions",
+                    target.key,
+                    cpu_pids=target.pids,
+                    headers=target.headers,
+                    **common,
+                )
+            rounds[side].append(result)
         row = {"stream": stream, "concurrency": concurrency, "direct": direct}
         row.update({side: _median_result(results) for side, results in rounds.items()})
         row["rounds"] = rounds
@@ -412,7 +405,7 @@ def billing_points(
             "A": [],
             "B": [],
         }
-        for window, side in _windows(args.billing_rounds):
+        for window, side in _turns(["A", "B"], args.billing_rounds):
             with ledger:
                 stages = stage_seconds(gateway_url)
                 result = measure(
@@ -450,7 +443,7 @@ def server_points(
             "A": [],
             "B": [],
         }
-        for window, side in _windows(args.server_rounds):
+        for window, side in _turns(["A", "B"], args.server_rounds):
             url, pids = servers[side]
             with ledger:
                 result = measure(url + "/v1/chat/completions", key, cpu_pids=pids, **common)
@@ -791,19 +784,9 @@ def start_portkey(procs: Processes, upstream_url: str, core: str) -> Yardstick:
         f"Portkey gateway {portkey_gateway.version()}",
         url,
         "none",  # the upstream's API key, which the fake upstream does not check
-        process_tree(process.pid),
+        group_members(process.pid),
         portkey_gateway.headers(upstream_url),
     )
-
-
-def process_tree(pid: int) -> list[int]:
-    """`pid` and every process under it (a server's workers), from /proc."""
-    pids = [pid]
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        with contextlib.suppress(FileNotFoundError):  # a thread that ended meanwhile
-            for child in (task / "children").read_text().split():
-                pids += process_tree(int(child))
-    return pids
 
 
 def start_granian(procs: Processes, env: dict[str, str], core: str) -> tuple[str, list[int]]:
@@ -827,7 +810,7 @@ def start_granian(procs: Processes, env: dict[str, str], core: str) -> tuple[str
     )
     url = f"http://127.0.0.1:{port}"
     _wait(url + "/health")
-    return url, process_tree(process.pid)
+    return url, group_members(process.pid)
 
 
 def profile(args, key: str, gateway_pid: int, gateway_url: str) -> str:
