@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import time
 import urllib.parse
@@ -98,6 +99,10 @@ def build_requests(
     return parts.hostname, parts.port, payloads
 
 
+# Distinct numbers for requests built as they are sent, across every worker of a run.
+_SERIALS = itertools.count()
+
+
 async def _worker(host, port, payloads, stats: Stats, measure_from: float, until: float) -> None:
     loop = asyncio.get_running_loop()
     _, client = await loop.create_connection(Client, host, port)
@@ -106,8 +111,11 @@ async def _worker(host, port, payloads, stats: Stats, measure_from: float, until
         started = time.perf_counter()
         if started >= until:
             break
+        payload = payloads[(id(client) + sent) % len(payloads)]
+        if not isinstance(payload, bytes):  # built as it is sent (a signed request)
+            payload = payload.render(int(time.time()), next(_SERIALS))
         try:
-            status = await client.request(payloads[(id(client) + sent) % len(payloads)])
+            status = await client.request(payload)
         except ConnectionError:
             stats.errors += 1
             _, client = await loop.create_connection(Client, host, port)
@@ -140,6 +148,17 @@ async def run(
     headers: dict[str, str] | None = None,
 ) -> dict:
     host, port, payloads = build_requests(url, key, body, headers)
+    return await drive(
+        host, port, payloads, concurrency=concurrency, warmup=warmup, duration=duration
+    )
+
+
+async def drive(
+    host: str, port: int, payloads: list, *, concurrency: int, warmup: float, duration: float
+) -> dict:
+    """Send `payloads` (request bytes, or objects whose render(now, serial) gives them) over
+    `concurrency` connections, in turn, for `warmup` then `duration` seconds; the figures of
+    the second window."""
     stats = Stats()
     start = time.perf_counter()
     measure_from, until = start + warmup, start + warmup + duration

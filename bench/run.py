@@ -157,8 +157,9 @@ def _wait(url: str, *, key: str | None = None, timeout: float = 60, contains: st
     raise TimeoutError(f"{url} did not answer in {timeout} s")
 
 
-def setup(env: dict[str, str]) -> dict[str, str]:
-    """Migrate the bench database; create the key, model, node token and terms."""
+def setup(env: dict[str, str], *, workload_keys: Path | None = None) -> dict[str, str]:
+    """Migrate the bench database; create the key, model, node token and terms (and with
+    `workload_keys`, the realistic workload's keys, written there)."""
     RUN_DIR.mkdir(parents=True, exist_ok=True)
     subprocess.run(
         [str(PYTHON), "manage.py", "migrate", "--noinput"],
@@ -180,7 +181,11 @@ def setup(env: dict[str, str]) -> dict[str, str]:
         stderr=subprocess.DEVNULL,
     )
     out = subprocess.run(
-        [str(PYTHON), "bench/setup_platform.py"],
+        [
+            str(PYTHON),
+            "bench/setup_platform.py",
+            *(["--workload", str(workload_keys)] if workload_keys else []),
+        ],
         cwd=ROOT,
         env=env,
         check=True,

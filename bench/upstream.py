@@ -3,8 +3,9 @@
 So that what a benchmark measures is the gateway's own cost, this server does as little as an
 HTTP server can: one asyncio protocol per connection, httptools to parse, keep-alive, canned
 JSON. It speaks what the gateway needs from a vLLM node: chat and text completions, streamed
-(with `include_usage` and vLLM's `continuous_usage_stats`) or not, `/health`, `/v1/models`,
-and a `/metrics` page with vLLM's load gauges, so an inference worker can attach to it.
+(with `include_usage` and vLLM's `continuous_usage_stats`) or not, embeddings, `/health`,
+`/v1/models`, and a `/metrics` page with vLLM's load gauges, so an inference worker can attach
+to it.
 
     python bench/upstream.py --port 9100 --tokens 16 --ttft-ms 0 --tpot-ms 0 --processes 1
 
@@ -90,6 +91,25 @@ def _completion(kind: str, count: int) -> bytes:
     )
 
 
+EMBEDDING_SIZE = 384  # a small sentence-embedding model's
+
+
+def _embedding(body: bytes) -> bytes:
+    """vLLM's answer to an embeddings request: one vector of EMBEDDING_SIZE floats."""
+    vector = [round(((i * 7919) % 1000) / 1000 - 0.5, 6) for i in range(EMBEDDING_SIZE)]
+    tokens = max(1, len(body) // 4)
+    return orjson.dumps(
+        {
+            "id": "embd-" + os.urandom(8).hex(),
+            "object": "list",
+            "created": int(time.time()),
+            "model": Settings.model,
+            "data": [{"index": 0, "object": "embedding", "embedding": vector}],
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens, "completion_tokens": 0},
+        }
+    )
+
+
 METRICS = (
     'vllm:num_requests_running{engine="0",model_name="bench-model"} %d\n'
     'vllm:num_requests_waiting{engine="0",model_name="bench-model"} 0.0\n'
@@ -131,6 +151,8 @@ class Connection(asyncio.Protocol):
             self.spawn(self.complete("chat", body))
         elif url.startswith(b"/v1/completions"):
             self.spawn(self.complete("text", body))
+        elif url.startswith(b"/v1/embeddings"):
+            self.respond(b"application/json", _embedding(body))
         elif url.startswith(b"/health"):
             self.respond(b"text/plain", b"")
         elif url.startswith(b"/metrics"):

@@ -4,6 +4,7 @@ No timing is asserted (CI machines are shared and noisy); what is checked is tha
 starts its processes, that every request through the gateway succeeds, and that it reports.
 """
 
+import ast
 import json
 import re
 import subprocess
@@ -70,3 +71,38 @@ def test_redis_client_benchmark_runs_each_client_against_its_own_cluster():
         "cluster: redis-py asyncio RedisCluster",
     }
     assert all(float(value) > 0 for value in rows.values())
+
+
+def test_quick_realistic_benchmark_serves_every_endpoint_and_counts_every_part():
+    """The realistic workload through the whole platform: chat, Responses, Messages and
+    embeddings, signed and prepaid keys, answered 200 (429 only for the keys near their
+    limits), and the gateway's, Redis's, Celery's and PostgreSQL's CPU each counted."""
+    result = subprocess.run(
+        [
+            *(sys.executable, "bench/realistic.py", "--quick"),
+            *("--concurrency", "1", "--process-rounds", "2", "--profile", "0"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    windows = re.findall(
+        r"^(json|stream|mix) +C=\d+ +(.+?) +\d+ rps .*\[gateway ([\d.]+) redis ([\d.]+) "
+        r"celery ([\d.]+) postgres ([\d.]+) platform [\d.]+\] (\{.*\})$",
+        result.stdout,
+        re.M,
+    )
+    assert {(kind, side) for kind, side, *_ in windows} == {
+        ("json", "dmx"),
+        ("stream", "dmx"),
+        ("mix", "1 process(es)"),
+        ("mix", "2 process(es)"),
+    }
+    for *_, gateway, redis_cpu, celery, postgres, statuses in windows:
+        assert all(float(v) > 0 for v in (gateway, redis_cpu, celery, postgres))
+        counts = ast.literal_eval(statuses)  # printed as a dict of status: count
+        assert set(counts) <= {200, 429}, counts
+        assert counts.get(200, 0) > 10 * counts.get(429, 0)
+    assert "Two processes / one:" in result.stdout

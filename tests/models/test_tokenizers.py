@@ -106,14 +106,15 @@ def test_the_longest_token_bounds_the_count_from_below(counter):
         assert counter.min_tokens(len(text)) <= counter.count_text(text)
 
 
-def test_long_texts_are_counted_as_short_ones_are(counter):
-    """Texts past BATCH_COUNT_CHARS take the batch API (GIL released, no offsets kept)."""
-    from apps.models import tokenizers
-
-    text = "The quick brown fox, 你好. " * (tokenizers.BATCH_COUNT_CHARS // 20)
-    assert len(text) > tokenizers.BATCH_COUNT_CHARS
-    single = len(counter._tokenizer.encode(text, add_special_tokens=False))
-    assert counter.count_text(text) == single
+@pytest.mark.parametrize("repeats", [1, 40, 2000])
+def test_the_batch_api_counts_as_the_tokenizer_encodes(counter, repeats):
+    """Texts are counted with the batch API (GIL released, no offsets kept): the same ids as
+    `encode`, short and long, with and without special tokens."""
+    text = "The quick brown fox, 你好. " * repeats
+    for special in (False, True):
+        expected = counter._tokenizer.encode(text, add_special_tokens=special).ids
+        assert counter._encode(text, special=special).ids == expected
+    assert counter.text_ids(text) == counter._tokenizer.encode(text, add_special_tokens=False).ids
 
 
 # The part of a tool-calling chat template (Qwen 2.5's, as shipped) that reads tool calls.
