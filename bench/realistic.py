@@ -4,6 +4,10 @@
     .venv/bin/python bench/realistic.py --litellm --portkey   # with the yardsticks (their
                                                               # bench/setup_*.sh first)
     .venv/bin/python bench/realistic.py --quick               # a smoke run, seconds a window
+    .venv/bin/python bench/realistic.py --litellm --portkey --short-prompts
+                                        # then bench/run.py's short-prompt points with the same
+                                        # yardsticks and rounds (bench/results/yardsticks.md):
+                                        # every table of the README's, about 45 minutes
 
 The workload is bench/workload.py's: a thousand keys drawn Zipf-distributed (some near their
 limits, some signing, a third of the tenants prepaid with budgets), prompt and completion
@@ -414,6 +418,11 @@ def main() -> None:
         help="the PostgreSQL server for the scratch database",
     )
     parser.add_argument("--results", default="realistic")
+    parser.add_argument(
+        "--short-prompts",
+        action="store_true",
+        help="then bench/run.py's short-prompt points, with the same yardsticks and rounds",
+    )
     args = parser.parse_args()
     if args.quick:
         args.warmup, args.duration, args.rounds, args.process_rounds = 0.5, 1.5, 1, 2
@@ -487,6 +496,16 @@ def main() -> None:
                 indent=1,
             )
         )
+    if args.short_prompts:
+        short = [
+            *(sys.executable, "bench/run.py", "--no-vllm", "--results", "yardsticks"),
+            *("--concurrency", *map(str, args.concurrency), "--rounds", str(args.rounds)),
+            *("--warmup", str(args.warmup), "--duration", str(args.duration)),
+            *(["--litellm"] if args.litellm else []),
+            *(["--portkey"] if args.portkey else []),
+            *(["--quick"] if args.quick else []),
+        ]
+        subprocess.run(short, cwd=ROOT, check=True)
 
 
 if __name__ == "__main__":
