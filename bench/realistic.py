@@ -32,7 +32,8 @@ Three parts:
 2. **Processes.** The whole workload at C = 64 through one gateway process on one core and
    through two (DMX_GATEWAY_WORKERS=2) on both cores, in alternate windows: requests per second
    and the platform's CPU per request with each.
-3. **Profile.** py-spy samples the gateway under the whole workload (--profile seconds).
+3. **Profile.** py-spy samples the gateway and Celery under the whole workload at C=8
+   (--profile seconds), at once.
 """
 
 from __future__ import annotations
@@ -247,14 +248,14 @@ def process_points(args, procs, plat, one: tuple[str, int], requests, keys) -> l
     ]
 
 
-def profile(args, gateway: tuple[str, int], requests, keys) -> str:
-    """py-spy's samples of the gateway under the whole workload."""
+def profile(args, gateway: tuple[str, int], celery_pid: int, requests, keys) -> str:
+    """py-spy's samples of the gateway and of Celery (its pool's processes too) under the whole
+    workload, at once."""
     import threading
 
     url, pid = gateway
     host, port = urllib.parse.urlsplit(url)[1].split(":")
     payloads = workload.wire(requests, host, int(port), keys["keys"], keys["signing"])
-    out = RUN_DIR / "profile-realistic.txt"
     load = threading.Thread(
         target=lambda: asyncio.run(
             loadgen.drive(host, int(port), payloads, concurrency=8, warmup=0,
@@ -263,17 +264,25 @@ def profile(args, gateway: tuple[str, int], requests, keys) -> str:
     )  # fmt: skip
     load.start()
     time.sleep(1)
-    subprocess.run(
-        [
-            str(ROOT / ".venv" / "bin" / "py-spy"), "record", "--pid", str(pid),
-            "--duration", str(args.profile), "--rate", "400", "--format", "raw",
-            "--output", str(out), "--nonblocking",
-        ],
-        check=True,
-        capture_output=True,
-    )  # fmt: skip
+    samplers = {}
+    for name, target, extra in (("gateway", pid, []), ("celery", celery_pid, ["--subprocesses"])):
+        out = RUN_DIR / f"profile-realistic-{name}.txt"
+        samplers[name] = out, subprocess.Popen(
+            [
+                str(ROOT / ".venv" / "bin" / "py-spy"), "record", "--pid", str(target), *extra,
+                "--duration", str(args.profile), "--rate", "400", "--format", "raw",
+                "--output", str(out), "--nonblocking",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+    for _, sampler in samplers.values():
+        sampler.wait()
     load.join()
-    return _top_frames(out, title="the realistic workload at C=8", limit=25)
+    return "\n".join(
+        _top_frames(out, title=f"the {name}, the realistic workload at C=8", limit=20)
+        for name, (out, _) in samplers.items()
+    )
 
 
 def _line(stream, concurrency, side, result) -> str:
@@ -464,7 +473,7 @@ def main() -> None:
         ]
         rows = yardstick_points(args, plat, gateway, requests, keys, yardsticks, stack.upstream_url)
         processes = process_points(args, procs, plat, gateway, requests, keys)
-        profiled = profile(args, gateway, requests, keys) if args.profile else ""
+        profiled = profile(args, gateway, stack.celery.pid, requests, keys) if args.profile else ""
     finally:
         if procs:
             procs.stop()

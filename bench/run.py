@@ -196,10 +196,14 @@ def setup(env: dict[str, str], *, workload_keys: Path | None = None) -> dict[str
 
 
 def cpu_seconds(pids: list[int]) -> float:
-    """User plus system CPU of processes and their waited-for children, from /proc."""
+    """User plus system CPU of processes and their waited-for children, from /proc. A process
+    that ended since its pid was listed is skipped: once reaped, its time is its parent's."""
     total = 0
     for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
         total += sum(int(value) for value in fields[11:15])  # utime stime cutime cstime
     return total / CLOCK_TICKS
 

@@ -186,3 +186,34 @@ def test_a_batchs_requests_are_rolled_up_and_stated_apart_and_a_request_id_is_st
         ("m", False, "0.001000"),
         ("m", True, "0.000500"),
     ]
+
+
+def test_daily_totals_add_up_across_flushes_keys_models_and_statuses(monkeypatch):
+    """One upsert per chunk of totals (_usage_rollup): a new total is inserted, an existing one
+    added to, across chunks of a flush and across flushes."""
+    monkeypatch.setattr(usage_services, "ROLLUP_ROWS", 2)  # several statements per flush
+    keys = [make_api_key()[0] for _ in range(3)]
+    rounds = [
+        [event(k, model=m, prompt_tokens=10, cached_tokens=4, completion_tokens=n, cost_micros=1500)
+         for k in keys for m in ("a", "b") for n in (1, 2)]
+        + [event(keys[0], model="a", status="error", http_status=502, prompt_tokens=3,
+                 completion_tokens=0, cost_micros=0)],
+        [event(k, model="a", prompt_tokens=5, completion_tokens=5, cost_micros=250) for k in keys],
+    ]  # fmt: skip
+    for events in rounds:
+        append(*events)
+        assert usage_flush() == len(events)
+    days = {
+        (d.api_key_id, d.model): d
+        for d in UsageDaily.objects.filter(api_key__in=keys, day=timezone.now().date())
+    }
+    assert len(days) == 6
+    for key in keys:
+        first, other = days[(key.id, "a")], days[(key.id, "b")]
+        errored = key == keys[0]
+        assert (first.requests, first.errors) == (3 + errored, int(errored))
+        assert first.prompt_tokens == 10 + 10 + 5 + 3 * errored
+        assert (first.cached_tokens, first.completion_tokens) == (8, 1 + 2 + 5)
+        assert str(first.cost) == "0.003250"
+        assert (other.requests, other.errors, other.completion_tokens) == (2, 0, 3)
+        assert (other.tenant_id, str(other.cost)) == (key.tenant_id, "0.003000")
