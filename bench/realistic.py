@@ -1,13 +1,13 @@
 """The whole platform's CPU per request on a realistic workload, against LiteLLM and Portkey.
 
-    .venv/bin/python bench/realistic.py                       # about 25 minutes; bench/results/
+    .venv/bin/python bench/realistic.py                       # about 8 minutes; bench/results/
     .venv/bin/python bench/realistic.py --litellm --portkey   # with the yardsticks (their
-                                                              # bench/setup_*.sh first)
+                                                              # bench/setup_*.sh first; 15 min)
     .venv/bin/python bench/realistic.py --quick               # a smoke run, seconds a window
     .venv/bin/python bench/realistic.py --litellm --portkey --short-prompts
                                         # then bench/run.py's short-prompt points with the same
                                         # yardsticks and rounds (bench/results/yardsticks.md):
-                                        # every table of the README's, about 45 minutes
+                                        # every table of the README's, about 27 minutes
 
 The workload is bench/workload.py's: a thousand keys drawn Zipf-distributed (some near their
 limits, some signing, a third of the tenants prepaid with budgets), prompt and completion
