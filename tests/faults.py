@@ -355,11 +355,17 @@ class OwnRedisCluster:
     def start(self) -> OwnRedisCluster:
         for index in range(len(self.ports)):
             self._spawn(index)
-        subprocess.run(
+        created = subprocess.run(
             ["redis-cli", "--cluster", "create", *(f"127.0.0.1:{port}" for port in self.ports),
              "--cluster-replicas", "0", "--cluster-yes"],
-            check=True, capture_output=True, timeout=60,
+            capture_output=True, text=True, timeout=60,
         )  # fmt: skip
+        # What redis-cli said, so that a failure says why (it failed once in a whole-suite run
+        # with its output swallowed).
+        assert created.returncode == 0, (
+            f"redis-cli --cluster create failed ({created.returncode}): "
+            f"{created.stdout[-2000:]} {created.stderr[-2000:]}"
+        )
         for index in range(len(self.ports)):
             self._wait_serving(index)
         return self
