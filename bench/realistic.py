@@ -71,6 +71,7 @@ from bench.run import (  # noqa: E402
     _turns,
     _wait,
     cpu_seconds,
+    py_spy_record,
     setup,
     start_fake_upstream_stack,
     start_litellm,
@@ -267,15 +268,7 @@ def profile(args, gateway: tuple[str, int], celery_pid: int, requests, keys) -> 
     samplers = {}
     for name, target, extra in (("gateway", pid, []), ("celery", celery_pid, ["--subprocesses"])):
         out = RUN_DIR / f"profile-realistic-{name}.txt"
-        samplers[name] = out, subprocess.Popen(
-            [
-                str(ROOT / ".venv" / "bin" / "py-spy"), "record", "--pid", str(target), *extra,
-                "--duration", str(args.profile), "--rate", "400", "--format", "raw",
-                "--output", str(out), "--nonblocking",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )  # fmt: skip
+        samplers[name] = out, py_spy_record(target, args.profile, out, *extra)
     for _, sampler in samplers.values():
         sampler.wait()
     load.join()

@@ -822,6 +822,19 @@ def start_granian(procs: Processes, env: dict[str, str], core: str) -> tuple[str
     return url, group_members(process.pid)
 
 
+def py_spy_record(pid: int, seconds: float, out: Path, *extra: str) -> subprocess.Popen:
+    """Start py-spy sampling `pid` for `seconds` at 400 Hz, raw stacks to `out`."""
+    return subprocess.Popen(
+        [
+            str(ROOT / ".venv" / "bin" / "py-spy"), "record", "--pid", str(pid), *extra,
+            "--duration", str(seconds), "--rate", "400", "--format", "raw",
+            "--output", str(out), "--nonblocking",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+
+
 def profile(args, key: str, gateway_pid: int, gateway_url: str) -> str:
     """Sample the gateway with py-spy under load; return the top functions by own time."""
     import threading
@@ -844,25 +857,7 @@ def profile(args, key: str, gateway_pid: int, gateway_url: str) -> str:
         )
         load.start()
         time.sleep(1)
-        subprocess.run(
-            [
-                str(ROOT / ".venv" / "bin" / "py-spy"),
-                "record",
-                "--pid",
-                str(gateway_pid),
-                "--duration",
-                str(args.profile),
-                "--rate",
-                "400",
-                "--format",
-                "raw",
-                "--output",
-                str(out),
-                "--nonblocking",
-            ],
-            check=True,
-            capture_output=True,
-        )
+        py_spy_record(gateway_pid, args.profile, out).wait()
         load.join()
         kind = "streamed" if stream else "non-streamed"
         sections.append(_top_frames(out, title=f"{kind} requests at C={args.profile_concurrency}"))
